@@ -1,0 +1,154 @@
+"""Engine settings shared by every method, with validation that explains what is wrong."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+
+from .errors import SettingsError
+
+METHODS = ("single", "unite", "gac", "safe", "specem")
+FUSIONS = ("unite", "gac")
+SHARPENING = ("none", "heuristic", "geometric")
+SCORINGS = ("logprob", "logit")
+MAX_NEW_TOKENS = 4096
+
+
+@dataclass
+class Settings:
+    """Every option of the engine. Unset method-specific options take the method's default.
+
+    Attributes:
+        max_new_tokens: token budget of the response.
+        temperature: 0 = greedy (default); above 0 samples (SAFE uses its paper's acceptance rule).
+        top_p: nucleus sampling for sampled drafting.
+        seed: random seed for sampling.
+        top_k: UniTE's k (size of each model's candidate list) and the length of recorded top-k lists.
+        weights: model weights for fusion (equal when empty).
+        sharpen: none | heuristic | geometric; default heuristic for SAFE, none for every-token fusion.
+        sharpen_lambda: the heuristic's threshold λ.
+        gac_gate: GaC's primary-model gate: fuse only when the primary's top probability is at most this.
+        drafter: SAFE's drafter (default: the first model).
+        lookahead: SAFE's draft length n.
+        fusion: SAFE's fusion plug-in (unite | gac).
+        segment_len: SpecEM's segment length L in tokens.
+        eta: SpecEM's Hedge step size eta0 (0 turns the online feedback off).
+        scoring: SpecEM's verifier scoring (logprob | logit).
+        drafters / verifiers: SpecEM's subsets of the models (default: all).
+        stop_strings: strings that end the response (default: the templates' own, e.g. "\\nQuestion:").
+        max_prompt_tokens: longer prompts are trimmed from the start, with a warning.
+    """
+
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    top_k: int = 10
+    weights: dict[str, float] = field(default_factory=dict)
+    sharpen: str | None = None
+    sharpen_lambda: float = 0.1
+    gac_gate: float | None = None
+    drafter: str | None = None
+    lookahead: int = 5
+    fusion: str = "unite"
+    segment_len: int = 10
+    eta: float = 0.5
+    scoring: str = "logprob"
+    drafters: list[str] | None = None
+    verifiers: list[str] | None = None
+    stop_strings: list[str] | None = None
+    max_prompt_tokens: int = 2048
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> Settings:
+        """Build settings from a JSON-like dict (API, trace files); unknown names are an error."""
+        data = dict(data or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SettingsError(f"Unknown setting(s): {', '.join(map(str, unknown))}. Known settings: {', '.join(sorted(known))}.")
+        out = cls()
+        for name, value in data.items():
+            setattr(out, name, value)
+        return out
+
+    def sharpen_for(self, method: str) -> str:
+        if self.sharpen:
+            return self.sharpen
+        return "heuristic" if method == "safe" else "none"
+
+    def validate(self, method: str, models: list[str], vocab_sizes: dict[str, int] | None = None) -> Settings:
+        """Check every setting for ``method`` on ``models``; raise :class:`SettingsError` with a clear message."""
+        if method not in METHODS:
+            raise SettingsError(f"Unknown method {str(method)[:40]!r}. Methods: {', '.join(METHODS)}.")
+        if not models:
+            raise SettingsError("No models selected: choose at least one model.")
+        if len(set(models)) != len(models):
+            raise SettingsError(f"A model is listed twice in {', '.join(models)}; list each model once.")
+        self.max_new_tokens = _int("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS)
+        self.temperature = _float("temperature", self.temperature, 0.0, 10.0)
+        self.top_p = _float("top_p", self.top_p, 0.0, 1.0)
+        if self.top_p <= 0:
+            raise SettingsError("top_p must be above 0 (1 keeps the whole distribution).")
+        self.seed = _int("seed", self.seed, 0, 2**63 - 1)
+        smallest = min((vocab_sizes or {}).values(), default=1_000_000)
+        self.top_k = _int("top_k", self.top_k, 1, smallest, why=f"the smallest vocabulary has {smallest} tokens")
+        self.sharpen_lambda = _float("sharpen_lambda", self.sharpen_lambda, 0.0, 1.0)
+        if self.sharpen is not None and self.sharpen not in SHARPENING:
+            raise SettingsError(f"Unknown sharpening {str(self.sharpen)[:40]!r}. Choose one of: {', '.join(SHARPENING)}.")
+        if self.fusion not in FUSIONS:
+            raise SettingsError(f"Unknown fusion {str(self.fusion)[:40]!r}. Choose one of: {', '.join(FUSIONS)}.")
+        if self.gac_gate is not None:
+            self.gac_gate = _float("gac_gate", self.gac_gate, 0.0, 1.0)
+        if not isinstance(self.weights, dict):
+            raise SettingsError("weights must map model names to positive numbers, e.g. {\"qwen\": 2, \"gemma3\": 1}.")
+        for name, weight in self.weights.items():
+            if name not in models:
+                raise SettingsError(f"weights names {str(name)[:40]!r}, which is not one of the selected models ({', '.join(models)}).")
+            _float(f"weight of {name}", weight, 1e-9, 1e9)
+        self.lookahead = _int("lookahead", self.lookahead, 1, 64)
+        self.segment_len = _int("segment_len", self.segment_len, 1, 256)
+        self.eta = _float("eta", self.eta, 0.0, 100.0)
+        if self.scoring not in SCORINGS:
+            raise SettingsError(f"Unknown scoring {str(self.scoring)[:40]!r}. Choose one of: {', '.join(SCORINGS)}.")
+        self.max_prompt_tokens = _int("max_prompt_tokens", self.max_prompt_tokens, 16, 1_000_000)
+        if self.drafter is not None and self.drafter not in models:
+            raise SettingsError(f"The drafter {str(self.drafter)[:40]!r} is not one of the selected models ({', '.join(models)}).")
+        for label in ("drafters", "verifiers"):
+            subset = getattr(self, label)
+            if subset is None:
+                continue
+            if not isinstance(subset, list) or not subset:
+                raise SettingsError(f"The {label} set is empty: name at least one of {', '.join(models)}.")
+            for name in subset:
+                if name not in models:
+                    raise SettingsError(f"{label[:-1].capitalize()} {str(name)[:40]!r} is not loaded: it must be one of {', '.join(models)}.")
+        if self.stop_strings is not None and (
+            not isinstance(self.stop_strings, list) or not all(isinstance(s, str) and s for s in self.stop_strings)
+        ):
+            raise SettingsError("stop_strings must be a list of non-empty strings.")
+        return self
+
+
+def _int(name: str, value, lo: int, hi: int, why: str = "") -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or (isinstance(value, float) and not value.is_integer()):
+        raise SettingsError(f"{name} must be a whole number, not {str(value)[:40]!r}.")
+    value = int(value)
+    if not lo <= value <= hi:
+        extra = f" ({why})" if why else ""
+        raise SettingsError(f"{name} must be between {lo} and {hi}{extra}; got {value}.")
+    return value
+
+
+def _float(name: str, value, lo: float, hi: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SettingsError(f"{name} must be a number, not {str(value)[:40]!r}.")
+    value = float(value)
+    if not math.isfinite(value):
+        raise SettingsError(f"{name} must be a finite number, not {value}.")
+    if not lo <= value <= hi:
+        raise SettingsError(f"{name} must be between {lo:g} and {hi:g}; got {value:g}.")
+    return value

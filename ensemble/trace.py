@@ -1,0 +1,331 @@
+"""The trace of a run: what every method decided, token by token and round by round.
+
+A trace is plain data (dataclasses of str, numbers, lists and dicts) so it round-trips through JSON
+exactly. ``visual/`` renders traces without touching a model, and the app replays uploaded trace files, so
+:func:`from_json` treats its input as untrusted: size-capped, schema-checked, never evaluated.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+
+from .errors import TraceFormatError
+
+SCHEMA_VERSION = 1
+MAX_TRACE_BYTES = 20 * 1024 * 1024
+
+DECISIONS = (
+    "drafter",  # plain token of the drafter / single model, nothing checked
+    "consensus",  # SAFE: verifiers agree (condition: unanimous | confident)
+    "oov_blocked",  # SAFE: a verifier has no token edge here, fusing would hand it an OOV-like prefix
+    "ensembled_kept",  # SAFE: fused, and the fused choice is the draft token
+    "ensembled_replaced",  # SAFE: fused, and the fused choice replaced the draft token
+    "fused",  # every-token UniTE / GaC
+    "gated",  # GaC gate: the primary model is confident (top probability above the gate), no fusion
+    "segment",  # SpecEM: the token belongs to the winning segment of a round
+)
+
+
+@dataclass
+class FusionRecord:
+    """One fusion step: every model's top-k, the fused distribution before/after sharpening, the choice."""
+
+    boundary: int
+    fusion: str  # "unite" | "gac"
+    weights: dict[str, float]
+    per_model: dict[str, list[list]]  # model -> [[key, probability], ...]
+    before: list[list]  # fused top-k before sharpening
+    after: list[list] | None  # fused top-k after sharpening (None when sharpening did not run)
+    sharpen: str  # "none" | "heuristic" | "geometric"
+    sharpened: bool
+    choice: str
+    draft: str | None = None
+    ms: float = 0.0
+
+
+@dataclass
+class TokenRecord:
+    """One generated token (for multi-model methods: one accepted unit of text)."""
+
+    index: int
+    text: str
+    start: int
+    end: int
+    model: str  # whose token this is (drafter, fused, or SpecEM segment winner)
+    decision: str
+    condition: str | None = None
+    round: int | None = None
+    details: dict = field(default_factory=dict)
+    fusion: FusionRecord | None = None
+    topk: list[list] | None = None  # the deciding model's top-k [[key, probability], ...]
+
+
+@dataclass
+class RoundRecord:
+    """One round of a segment or draft method (SpecEM rounds, SAFE draft rounds)."""
+
+    index: int
+    start: int  # character offset in the response where the round began
+    candidates: list[dict] = field(default_factory=list)  # {"model", "text", "tokens"}
+    verifiers: list[str] = field(default_factory=list)
+    scores: list[list[float]] = field(default_factory=list)  # verifier x candidate
+    aggregate: list[float] = field(default_factory=list)
+    weights_before: dict[str, float] = field(default_factory=dict)
+    weights_after: dict[str, float] = field(default_factory=dict)
+    rewards: dict[str, float] = field(default_factory=dict)
+    winner: str | None = None
+    winner_index: int | None = None
+    accepted_text: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+    details: dict = field(default_factory=dict)
+
+
+@dataclass
+class RunStats:
+    generated_tokens: int = 0
+    ensemble_steps: int = 0
+    et_ratio: float = 0.0
+    rounds: int = 0
+    latency_s: float = 0.0
+    first_token_s: float | None = None
+    tokens_per_s: float = 0.0
+    decisions: dict[str, int] = field(default_factory=dict)
+    forward_passes: dict[str, int] = field(default_factory=dict)
+    forward_tokens: dict[str, int] = field(default_factory=dict)
+    draft_tokens: int = 0
+    draft_discarded: int = 0
+    fusion_ms_mean: float = 0.0
+    wins: dict[str, int] = field(default_factory=dict)
+    stop_reason: str = ""
+
+
+@dataclass
+class RunTrace:
+    method: str
+    models: list[str]
+    settings: dict
+    prompt: str
+    text: str = ""
+    tokens: list[TokenRecord] = field(default_factory=list)
+    rounds: list[RoundRecord] = field(default_factory=list)
+    stats: RunStats = field(default_factory=RunStats)
+    warnings: list[str] = field(default_factory=list)
+    error: str | None = None
+    model_info: dict[str, dict] = field(default_factory=dict)
+    created: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+    # -- serialisation ----------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return _finite(asdict(self))
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, indent=indent, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RunTrace:
+        _check(data)
+        kwargs = _known(cls, data)
+        kwargs["tokens"] = [_token_from(t) for t in data.get("tokens", [])]
+        kwargs["rounds"] = [RoundRecord(**_known(RoundRecord, r)) for r in data.get("rounds", [])]
+        kwargs["stats"] = RunStats(**_known(RunStats, data.get("stats", {})))
+        return cls(**kwargs)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> RunTrace:
+        if isinstance(text, bytes):
+            if len(text) > MAX_TRACE_BYTES:
+                raise TraceFormatError(f"Trace file is {len(text) / 1e6:.1f} MB; the limit is 20 MB.")
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise TraceFormatError("Trace file is not UTF-8 text (a JSON trace was expected).") from exc
+        if len(text.encode("utf-8", "surrogatepass")) > MAX_TRACE_BYTES:
+            raise TraceFormatError("Trace file is larger than 20 MB.")
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise TraceFormatError(f"Trace file is not valid JSON: {exc}") from exc
+        return cls.from_dict(data)
+
+    def token_table(self) -> list[dict]:
+        """One row per token, for tables and CSV export."""
+        rows = []
+        for t in self.tokens:
+            rows.append(
+                {
+                    "index": t.index,
+                    "text": t.text,
+                    "start": t.start,
+                    "end": t.end,
+                    "model": t.model,
+                    "decision": t.decision,
+                    "condition": t.condition or "",
+                    "round": "" if t.round is None else t.round,
+                    "fused_choice": t.fusion.choice if t.fusion else "",
+                    "draft": t.fusion.draft if t.fusion and t.fusion.draft is not None else "",
+                    "sharpened": bool(t.fusion.sharpened) if t.fusion else False,
+                    "blocked_by": ",".join(t.details.get("blocked_by", [])) if t.details else "",
+                }
+            )
+        return rows
+
+
+def _finite(value):
+    """JSON has no NaN/inf: replace them by None so exports never fail."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _known(cls, data: dict) -> dict:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def _token_from(data: dict) -> TokenRecord:
+    kwargs = _known(TokenRecord, data)
+    if kwargs.get("fusion") is not None:
+        kwargs["fusion"] = FusionRecord(**_known(FusionRecord, kwargs["fusion"]))
+    return TokenRecord(**kwargs)
+
+
+# -- schema check ----------------------------------------------------------------------------------------
+_TYPES = {
+    "method": str,
+    "models": list,
+    "settings": dict,
+    "prompt": str,
+    "text": str,
+    "tokens": list,
+    "rounds": list,
+    "stats": dict,
+    "warnings": list,
+    "model_info": dict,
+}
+_TOKEN_TYPES = {"index": int, "text": str, "start": int, "end": int, "model": str, "decision": str}
+_FUSION_TYPES = {
+    "boundary": int,
+    "fusion": str,
+    "weights": dict,
+    "per_model": dict,
+    "before": list,
+    "sharpen": str,
+    "sharpened": bool,
+    "choice": str,
+}
+_ROUND_TYPES = {"index": int, "start": int, "candidates": list, "scores": list}
+
+
+def _require(obj, types: dict, where: str) -> None:
+    if not isinstance(obj, dict):
+        raise TraceFormatError(f"{where} must be an object.")
+    for key, kind in types.items():
+        if key not in obj:
+            raise TraceFormatError(f"{where} is missing the field {key!r}.")
+        value = obj[key]
+        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+        if not ok:
+            raise TraceFormatError(f"{where}.{key} must be {kind.__name__}, not {type(value).__name__}.")
+
+
+def _optional(obj: dict, key: str, kind: type, where: str) -> None:
+    """A field that may be absent or null, else of ``kind`` (ints accepted where floats are)."""
+    value = obj.get(key)
+    if value is None:
+        return
+    kinds = (int, float) if kind is float else (kind,)
+    if not isinstance(value, kinds) or isinstance(value, bool):
+        raise TraceFormatError(f"{where}.{key} must be {kind.__name__} or null, not {type(value).__name__}.")
+
+
+def _check_pairs(pairs, where: str) -> None:
+    if not isinstance(pairs, list):
+        raise TraceFormatError(f"{where} must be a list of [key, probability] pairs.")
+    for pair in pairs:
+        if not (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and isinstance(pair[0], str)
+            and isinstance(pair[1], int | float)
+            and not isinstance(pair[1], bool)
+        ):
+            raise TraceFormatError(f"{where} must hold [key, probability] pairs.")
+
+
+def _check(data) -> None:
+    """Raise :class:`TraceFormatError` with a precise message unless ``data`` is a valid trace."""
+    if not isinstance(data, dict):
+        raise TraceFormatError("A trace must be a JSON object.")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise TraceFormatError(
+            f"Unsupported trace schema_version {version!r}; this version of Ensemble Lens reads version {SCHEMA_VERSION}."
+        )
+    data.setdefault("rounds", [])
+    data.setdefault("warnings", [])
+    data.setdefault("model_info", {})
+    data.setdefault("stats", {})
+    _require(data, _TYPES, "trace")
+    if not all(isinstance(m, str) for m in data["models"]):
+        raise TraceFormatError("trace.models must be a list of model names.")
+    text_len = len(data["text"])
+    for i, tok in enumerate(data["tokens"]):
+        where = f"trace.tokens[{i}]"
+        _require(tok, _TOKEN_TYPES, where)
+        if tok["decision"] not in DECISIONS:
+            raise TraceFormatError(f"{where}.decision {tok['decision'][:40]!r} is not one of {', '.join(DECISIONS)}.")
+        if not 0 <= tok["start"] <= tok["end"] <= text_len:
+            raise TraceFormatError(f"{where} has a span outside the text.")
+        if not isinstance(tok.get("details", {}), dict):
+            raise TraceFormatError(f"{where}.details must be an object.")
+        _optional(tok, "condition", str, where)
+        _optional(tok, "round", int, where)
+        if tok.get("topk") is not None:
+            _check_pairs(tok["topk"], f"{where}.topk")
+        fusion = tok.get("fusion")
+        if fusion is not None:
+            _require(fusion, _FUSION_TYPES, f"{where}.fusion")
+            _check_pairs(fusion["before"], f"{where}.fusion.before")
+            if fusion.get("after") is not None:
+                _check_pairs(fusion["after"], f"{where}.fusion.after")
+            for model, pairs in fusion["per_model"].items():
+                _check_pairs(pairs, f"{where}.fusion.per_model[{model[:40]!r}]")
+    for i, rnd in enumerate(data["rounds"]):
+        where = f"trace.rounds[{i}]"
+        _require(rnd, _ROUND_TYPES, where)
+        for cand in rnd["candidates"]:
+            if not isinstance(cand, dict) or not isinstance(cand.get("model"), str) or not isinstance(cand.get("text"), str):
+                raise TraceFormatError(f"{where}.candidates must hold objects with 'model' and 'text'.")
+        for row in rnd["scores"]:
+            if not isinstance(row, list) or not all(isinstance(x, int | float) or x is None for x in row):
+                raise TraceFormatError(f"{where}.scores must be a matrix of numbers.")
+        _optional(rnd, "winner", str, where)
+        _optional(rnd, "winner_index", int, where)
+        _optional(rnd, "accepted_text", str, where)
+        if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in rnd.get("aggregate", [])):
+            raise TraceFormatError(f"{where}.aggregate must be a list of numbers.")
+        if not all(isinstance(x, str) for x in rnd.get("verifiers", [])):
+            raise TraceFormatError(f"{where}.verifiers must be a list of model names.")
+        for name in ("weights_before", "weights_after", "rewards", "timings"):
+            weights = rnd.get(name, {})
+            if not isinstance(weights, dict) or not all(isinstance(v, int | float) for v in weights.values()):
+                raise TraceFormatError(f"{where}.{name} must map model names to numbers.")
+    for key in ("decisions", "forward_passes", "forward_tokens", "wins"):
+        value = data["stats"].get(key, {})
+        if not isinstance(value, dict) or not all(isinstance(v, int | float) for v in value.values()):
+            raise TraceFormatError(f"trace.stats.{key} must map names to numbers.")
+    _optional(data["stats"], "first_token_s", float, "trace.stats")
+    _optional(data["stats"], "stop_reason", str, "trace.stats")
+    _optional(data, "error", str, "trace")
+    numeric = ("generated_tokens", "ensemble_steps", "et_ratio", "latency_s", "tokens_per_s")
+    for key in numeric:
+        value = data["stats"].get(key, 0)
+        if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)):
+            raise TraceFormatError(f"trace.stats.{key} must be a number.")
