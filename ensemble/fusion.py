@@ -1,0 +1,270 @@
+"""Token-level fusion of next-token distributions from models with different vocabularies.
+
+Two plug-ins meet on keys (the exact text a token appends, see :mod:`ensemble.keys`):
+
+* **UniTE** (Yao et al., arXiv 2410.03777): union of every model's top-k keys; each model's logit for a
+  key is that of its token with exactly this key (the likeliest, when several ids share it), else of the
+  first token of its encoding of the key;
+  softmax over the union per model, then a weighted average.
+* **GaC** (Yu et al., arXiv 2406.12585): every token of every vocabulary is mapped once to its key in a
+  union vocabulary (a 0/1 map per model, ids with one key summed); the fused distribution is the weighted
+  sum of the full distributions in that space.
+
+Sharpening (SAFE, Yun et al., arXiv 2510.15346, §3.3) runs only when the fused maximum is below 0.5:
+``heuristic`` moves the mass of every key that extends a confident drafter key onto it; ``geometric``
+uses the weighted geometric instead of the arithmetic mean.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from bisect import bisect_left
+from dataclasses import dataclass
+
+import torch
+
+from .keys import KeyTable, display_key
+from .trace import FusionRecord
+
+SHARPEN_BELOW = 0.5
+DRAFTER_TOP = 10
+
+
+@dataclass
+class Fused:
+    """A fusion result: the chosen key, the fused distribution over candidate keys, and its record."""
+
+    choice: str
+    keys: list[str]  # candidate keys (UniTE: the union; GaC: the whole union vocabulary)
+    position: dict[str, int]  # key -> index in ``keys``
+    probs: torch.Tensor  # fused probabilities over ``keys`` after sharpening (sums to 1)
+    record: FusionRecord
+
+    def prob_of(self, key: str) -> float:
+        idx = self.position.get(key)
+        return 0.0 if idx is None else float(self.probs[idx])
+
+
+def _top_keys(table: KeyTable, probs: torch.Tensor, k: int) -> list[tuple[str, float]]:
+    """The ``k`` most likely distinct keys of one model, with their summed probability."""
+    take = min(probs.shape[-1], 4 * k + 8)
+    values, ids = torch.topk(probs, take)
+    out: dict[str, float] = {}
+    for value, token_id in zip(values.tolist(), ids.tolist(), strict=True):
+        key = table.key(token_id)
+        out[key] = out.get(key, 0.0) + value
+        if len(out) >= k:
+            break
+    return sorted(out.items(), key=lambda kv: -kv[1])[:k]
+
+
+def _pairs(keys: list[str], probs: torch.Tensor, k: int) -> list[list]:
+    k = min(k, len(keys))
+    values, idx = torch.topk(probs, k)
+    return [[display_key(keys[i]), round(float(v), 6)] for v, i in zip(values.tolist(), idx.tolist(), strict=True)]
+
+
+def heuristic_sharpen(keys: list[str], probs: torch.Tensor, drafter_keys: list[str], lam: float) -> torch.Tensor:
+    """SAFE's heuristic: for each of the drafter's top keys with fused probability above ``lam``, add the fused
+    mass of every other candidate key that starts with it (unmodified values, no chaining); renormalise."""
+    index = {k: i for i, k in enumerate(keys)}
+    out = probs.clone()
+    for key in drafter_keys:
+        i = index.get(key)
+        if i is None or float(probs[i]) <= lam:
+            continue
+        extra = sum(float(probs[j]) for j, other in enumerate(keys) if j != i and other.startswith(key))
+        out[i] += extra
+    return out / out.sum()
+
+
+class UnionVocab:
+    """GaC's union vocabulary for a set of key tables, built once and shared by all runs.
+
+    ``index[m]`` maps each id of model m to its union position, which makes the 0/1 projection one
+    ``index_add_``. Keys are also kept in sorted order with a permutation so
+    that "every key that starts with k" is one contiguous range for the heuristic sharpening.
+    """
+
+    def __init__(self, tables: list[KeyTable]):
+        position: dict[str, int] = {}
+        self.keys: list[str] = []
+        for table in tables:
+            for key in table.keys:
+                if key not in position:
+                    position[key] = len(self.keys)
+                    self.keys.append(key)
+        self.size = len(self.keys)
+        self.position = position
+        self.index = [torch.tensor([position[k] for k in table.keys], dtype=torch.long) for table in tables]
+        order = sorted(range(self.size), key=self.keys.__getitem__)
+        self.sorted_keys = [self.keys[i] for i in order]
+        self.order = torch.tensor(order, dtype=torch.long)
+
+    def project(self, m: int, probs: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(self.size, dtype=probs.dtype)
+        out.index_add_(0, self.index[m], probs)
+        return out
+
+    def prefix_range(self, key: str) -> tuple[int, int]:
+        lo = bisect_left(self.sorted_keys, key)
+        hi = bisect_left(self.sorted_keys, key + "\U0010ffff", lo)
+        return lo, hi
+
+
+_UNIONS: dict[tuple[int, ...], UnionVocab] = {}
+_UNIONS_LOCK = threading.Lock()
+
+
+def union_vocab(tables: list[KeyTable]) -> UnionVocab:
+    """The cached union vocabulary of these key tables (built on first use, about a second for 460k keys)."""
+    ident = tuple(id(t) for t in tables)
+    with _UNIONS_LOCK:
+        found = _UNIONS.get(ident)
+        if found is None:
+            found = _UNIONS[ident] = UnionVocab(tables)
+            if len(_UNIONS) > 8:
+                _UNIONS.pop(next(iter(_UNIONS)))
+        return found
+
+
+class Fuser:
+    """Fuses the next-token distributions of a fixed set of models.
+
+    Args:
+        names: model names, in the order logits will be given.
+        tables: their key tables.
+        fusion: ``"unite"`` or ``"gac"``.
+        top_k: UniTE's k (also the length of recorded top-k lists).
+        sharpen: ``"none"``, ``"heuristic"`` or ``"geometric"``.
+        lam: the heuristic's threshold λ.
+        weights: model weights (normalised; equal when None).
+        temperature: logits are divided by it before the softmax (sampling runs); 0 means 1.
+    """
+
+    def __init__(
+        self,
+        names: list[str],
+        tables: list[KeyTable],
+        fusion: str = "unite",
+        top_k: int = 10,
+        sharpen: str = "none",
+        lam: float = 0.1,
+        weights: dict[str, float] | None = None,
+        temperature: float = 0.0,
+    ):
+        self.names, self.tables = names, tables
+        self.fusion, self.top_k, self.sharpen, self.lam = fusion, top_k, sharpen, lam
+        raw = [float((weights or {}).get(n, 1.0)) for n in names]
+        total = sum(raw)
+        self.weights = [w / total for w in raw]
+        self.temperature = temperature if temperature and temperature > 0 else 1.0
+        self.union = union_vocab(tables) if fusion == "gac" else None
+        self._first_token: list[dict[str, int | None]] = [{} for _ in tables]
+
+    def fuse(self, logits: list[torch.Tensor], drafter: int = 0, draft_key: str | None = None, boundary: int = 0) -> Fused:
+        """Fuse one step. ``drafter`` is the index of the model whose top keys the heuristic may sharpen."""
+        started = time.perf_counter()
+        logp = [torch.log_softmax(lg.float() / self.temperature, dim=-1) for lg in logits]
+        probs = [lp.exp() for lp in logp]
+        per_model_top = [_top_keys(t, p, self.top_k) for t, p in zip(self.tables, probs, strict=True)]
+        if self.fusion == "gac":
+            keys, before, mapped = self._gac(probs)
+        else:
+            keys, before, mapped = self._unite(logits, per_model_top)
+        after = None
+        if float(before.max()) < SHARPEN_BELOW and self.sharpen != "none":
+            if self.sharpen == "geometric":
+                after = self._geometric(mapped)
+            else:
+                drafter_keys = [k for k, _ in _top_keys(self.tables[drafter], probs[drafter], DRAFTER_TOP)]
+                after = self._heuristic(keys, before, drafter_keys)
+        final = after if after is not None else before
+        choice = keys[int(torch.argmax(final))]
+        record = FusionRecord(
+            boundary=boundary,
+            fusion=self.fusion,
+            weights={n: round(w, 4) for n, w in zip(self.names, self.weights, strict=True)},
+            per_model={
+                n: [[display_key(k), round(v, 6)] for k, v in top]
+                for n, top in zip(self.names, per_model_top, strict=True)
+            },
+            before=_pairs(keys, before, self.top_k),
+            after=_pairs(keys, after, self.top_k) if after is not None else None,
+            sharpen=self.sharpen,
+            sharpened=after is not None,
+            choice=display_key(choice),
+            draft=display_key(draft_key) if draft_key is not None else None,
+            ms=0.0,
+        )
+        record.ms = round((time.perf_counter() - started) * 1000, 3)
+        position = self.union.position if self.union is not None else {k: i for i, k in enumerate(keys)}
+        return Fused(choice, keys, position, final, record)
+
+    # -- UniTE ------------------------------------------------------------------------------------------
+    def _unite(self, logits, per_model_top) -> tuple[list[str], torch.Tensor, list[torch.Tensor]]:
+        union: dict[str, None] = {}
+        for top in per_model_top:
+            for key, _ in top:
+                union.setdefault(key, None)
+        keys = list(union)
+        mapped = []
+        for m, (table, lg) in enumerate(zip(self.tables, logits, strict=True)):
+            lg = lg.float() / self.temperature
+            single: list[int] = []  # one id per key, gathered in one op
+            multi: list[tuple[int, list[int]]] = []
+            missing: list[int] = []
+            for i, key in enumerate(keys):
+                ids = table.ids_for_key(key) or ([first] if (first := self._first(m, key)) is not None else [])
+                if not ids:
+                    missing.append(i)
+                    ids = [0]
+                elif len(ids) > 1:
+                    multi.append((i, ids))
+                single.append(ids[0])
+            row = lg[torch.tensor(single, dtype=torch.long)]
+            for i, ids in multi:
+                row[i] = lg[ids].max()  # "the token whose key is exactly u": the most likely of them
+            if missing:
+                row[missing] = float("-inf")
+            mapped.append(torch.softmax(row, dim=0))
+        fused = sum(w * p for w, p in zip(self.weights, mapped, strict=True))
+        return keys, fused / fused.sum(), mapped
+
+    def _first(self, m: int, key: str) -> int | None:
+        cache = self._first_token[m]
+        if key not in cache:
+            cache[key] = self.tables[m].first_token_of(key)
+        return cache[key]
+
+    # -- GaC --------------------------------------------------------------------------------------------
+    def _gac(self, probs) -> tuple[list[str], torch.Tensor, list[torch.Tensor]]:
+        assert self.union is not None
+        mapped = [self.union.project(m, p) for m, p in enumerate(probs)]
+        fused = sum(w * p for w, p in zip(self.weights, mapped, strict=True))
+        return self.union.keys, fused / fused.sum(), mapped
+
+    # -- sharpening -------------------------------------------------------------------------------------
+    def _geometric(self, mapped: list[torch.Tensor]) -> torch.Tensor:
+        log_mix = sum(w * torch.log(p.clamp_min(1e-30)) for w, p in zip(self.weights, mapped, strict=True))
+        present = torch.stack([p > 0 for p in mapped]).all(dim=0)
+        if not bool(present.any()):
+            present = torch.ones_like(present)
+        log_mix = torch.where(present, log_mix, torch.full_like(log_mix, float("-inf")))
+        return torch.softmax(log_mix, dim=0)
+
+    def _heuristic(self, keys: list[str], before: torch.Tensor, drafter_keys: list[str]) -> torch.Tensor:
+        if self.union is None:
+            return heuristic_sharpen(keys, before, drafter_keys, self.lam)
+        # GaC: prefix ranges in the sorted union make "every key that starts with k" one slice.
+        sorted_probs = before[self.union.order].double()
+        cumulative = torch.cat([torch.zeros(1, dtype=torch.float64), sorted_probs.cumsum(0)])
+        out = before.clone()
+        for key in drafter_keys:
+            i = self.union.position.get(key)
+            if i is None or float(before[i]) <= self.lam:
+                continue
+            lo, hi = self.union.prefix_range(key)
+            out[i] += float(cumulative[hi] - cumulative[lo]) - float(before[i])
+        return out / out.sum()

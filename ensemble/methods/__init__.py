@@ -1,0 +1,93 @@
+"""Running a method: validated settings, fresh adapters, a stream of events, and the finished trace."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+from ..adapter import ModelAdapter
+from ..errors import Cancelled
+from ..registry import LoadedModel
+from ..settings import Settings
+from ..trace import RunTrace
+from .base import RoundEvent, Run, StatusEvent, TokenEvent
+from .every_token import run_every_token
+from .safe import run_safe
+from .single import run_single
+from .specem import run_specem
+
+__all__ = ["EnsembleRun", "RoundEvent", "StatusEvent", "TokenEvent", "generate", "unique_names"]
+
+
+def unique_names(models: list[LoadedModel]) -> list[str]:
+    """Trace names: a model listed twice (an identical copy) gets ``name#2``."""
+    seen: dict[str, int] = {}
+    out = []
+    for m in models:
+        seen[m.name] = seen.get(m.name, 0) + 1
+        out.append(m.name if seen[m.name] == 1 else f"{m.name}#{seen[m.name]}")
+    return out
+
+
+class EnsembleRun:
+    """One run of a method on a prompt. Iterate :meth:`events` to stream; :attr:`trace` holds the result.
+
+    Args:
+        models: loaded models (shared, read-only); each run builds its own adapters and caches.
+        prompt: the user's prompt.
+        method: single | unite | gac | safe | specem.
+        settings: engine settings (validated here).
+        cancel: set it to stop the run between steps; the partial trace stays valid.
+        recompute_context: SpecEM only: drop every cache each round (the released code's behaviour, for bench).
+    """
+
+    def __init__(
+        self,
+        models: list[LoadedModel],
+        prompt: str,
+        method: str = "single",
+        settings: Settings | None = None,
+        cancel: threading.Event | None = None,
+        recompute_context: bool = False,
+    ):
+        settings = settings or Settings()
+        names = unique_names(models)
+        settings.validate(method, names, {n: m.keys.vocab_size for n, m in zip(names, models, strict=True)})
+        if method == "single":
+            keep = names.index(settings.drafter) if settings.drafter else 0
+            models, names = [models[keep]], [names[keep]]
+        self.method = method
+        self.recompute_context = recompute_context
+        self.adapters = [ModelAdapter(m, n) for m, n in zip(models, names, strict=True)]
+        self.run = Run(method, self.adapters, prompt, settings, cancel)
+        self.trace: RunTrace = self.run.trace
+
+    def events(self) -> Iterator[TokenEvent | RoundEvent | StatusEvent]:
+        run = self.run
+        reason = "budget"
+        try:
+            if self.method == "single":
+                body = run_single(run)
+            elif self.method in ("unite", "gac"):
+                body = run_every_token(run, self.method)
+            elif self.method == "safe":
+                body = run_safe(run)
+            else:
+                body = run_specem(run, recompute_context=self.recompute_context)
+            reason = yield from body
+        except Cancelled:
+            reason = "cancelled"
+        except Exception as exc:
+            run.finish("error", error=f"{type(exc).__name__}: {exc}")
+            yield from run.release_all()
+            raise
+        self.trace = run.finish(reason or "budget")
+        yield from run.release_all()
+
+
+def generate(models: list[LoadedModel], prompt: str, method: str = "single", settings: Settings | None = None, **kwargs) -> RunTrace:
+    """Run a method to the end and return its trace."""
+    job = EnsembleRun(models, prompt, method, settings, **kwargs)
+    for _ in job.events():
+        pass
+    return job.trace

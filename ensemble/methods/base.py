@@ -1,0 +1,304 @@
+"""What every method shares: the run's response text, token records, stop rules, sampling and stats."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import threading
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ..adapter import ModelAdapter
+from ..errors import Cancelled, InputError
+from ..keys import EOS_KEY, display_key
+from ..settings import Settings
+from ..trace import FusionRecord, RoundRecord, RunTrace, TokenRecord
+
+
+@dataclass
+class TokenEvent:
+    record: TokenRecord
+
+
+@dataclass
+class RoundEvent:
+    record: RoundRecord
+
+
+@dataclass
+class StatusEvent:
+    message: str
+
+
+def clean_prompt(prompt) -> tuple[str, list[str]]:
+    """Validate a prompt; return it (lone surrogates replaced) and any warnings."""
+    if not isinstance(prompt, str):
+        raise InputError("The prompt must be text.")
+    warnings = []
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError:
+        prompt = prompt.encode("utf-8", "replace").decode("utf-8")
+        warnings.append("The prompt held invalid characters (lone surrogates); they were replaced by '?'.")
+    if not prompt.strip():
+        raise InputError("The prompt is empty: type a question or pick an example.")
+    return prompt, warnings
+
+
+class Chooser:
+    """Greedy argmax, or temperature / top-p sampling with a seeded generator."""
+
+    def __init__(self, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0):
+        self.temperature, self.top_p = temperature, top_p
+        self.generator = torch.Generator().manual_seed(seed)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """The distribution this chooser samples from (tempered, nucleus-filtered)."""
+        if self.greedy:
+            return torch.softmax(logits.float(), dim=-1)
+        probs = torch.softmax(logits.float() / self.temperature, dim=-1)
+        if self.top_p < 1.0:
+            sorted_p, order = torch.sort(probs, descending=True)
+            keep = sorted_p.cumsum(0) - sorted_p < self.top_p
+            filtered = torch.zeros_like(probs)
+            filtered[order[keep]] = sorted_p[keep]
+            probs = filtered / filtered.sum()
+        return probs
+
+    def __call__(self, logits: torch.Tensor) -> int:
+        if self.greedy:
+            return int(torch.argmax(logits))
+        return int(torch.multinomial(self.probs(logits), 1, generator=self.generator))
+
+    def sample(self, probs: torch.Tensor) -> int:
+        return int(torch.multinomial(probs, 1, generator=self.generator))
+
+    def uniform(self) -> float:
+        return float(torch.rand(1, generator=self.generator))
+
+
+class Run:
+    """State of one run: the shared response text, its token records and the trace being built.
+
+    Records are released to the stream only when the text they cover can no longer be cut by a stop string,
+    so streamed output is append-only.
+    """
+
+    def __init__(
+        self,
+        method: str,
+        adapters: list[ModelAdapter],
+        prompt: str,
+        settings: Settings,
+        cancel: threading.Event | None = None,
+    ):
+        self.method = method
+        self.adapters = adapters
+        self.settings = settings
+        self.cancel = cancel or threading.Event()
+        self.started = time.perf_counter()
+        self.text = ""
+        self.prompt, warnings = clean_prompt(prompt)
+        effective = settings.to_dict()
+        effective["sharpen"] = settings.sharpen_for(method)
+        if method in ("unite", "gac"):
+            effective["fusion"] = method  # the every-token methods are their own fusion
+        self.trace = RunTrace(
+            method=method,
+            models=[a.name for a in adapters],
+            settings=effective,
+            prompt=self.prompt,
+            warnings=warnings,
+            created=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            model_info={a.name: {"source": a.loaded.source, **a.loaded.info} for a in adapters},
+        )
+        self.stop_strings = (
+            list(settings.stop_strings)
+            if settings.stop_strings is not None
+            else sorted({s for a in adapters for s in a.loaded.template.stop_strings})
+        )
+        self._released = 0
+        self._held: list[TokenRecord] = []
+        self._partial: list[tuple] = []
+        self.stopped: str | None = None
+        self.fusion_ms: list[float] = []
+        self._trim_prompt()
+        for adapter in adapters:
+            adapter.reset_stats()
+            adapter.start(self.prompt)
+
+    # -- prompt -----------------------------------------------------------------------------------------
+    def _trim_prompt(self) -> None:
+        """Trim a prompt too long for the budget or a model's context, keeping its end, with a warning."""
+        budget = self.settings.max_new_tokens
+        limits = [min(self.settings.max_prompt_tokens, a.loaded.context_limit - budget - 8) for a in self.adapters]
+        if min(limits) < 16:
+            raise InputError(
+                f"max_new_tokens ({budget}) leaves no room for the prompt in the smallest model context "
+                f"({min(a.loaded.context_limit for a in self.adapters)} tokens)."
+            )
+        prompt = self.prompt
+        for _ in range(12):
+            over = max(len(a.keys.encode(prompt)) / limit for a, limit in zip(self.adapters, limits, strict=True))
+            if over <= 1.0:
+                break
+            keep = int(len(prompt) / over * 0.97)
+            prompt = prompt[len(prompt) - keep :]
+        if prompt != self.prompt:
+            self.trace.warnings.append(
+                f"The prompt was {len(self.prompt):,} characters, more than the models' context allows with "
+                f"{budget} new tokens; only its last {len(prompt):,} characters were used."
+            )
+            self.prompt = prompt
+            self.trace.prompt = prompt
+
+    # -- records ----------------------------------------------------------------------------------------
+    @property
+    def generated(self) -> int:
+        return len(self.trace.tokens) + len(self._partial)
+
+    @property
+    def budget_left(self) -> int:
+        return self.settings.max_new_tokens - self.generated
+
+    def check_cancel(self) -> None:
+        if self.cancel.is_set():
+            raise Cancelled("Stopped by the user.")
+
+    def add(
+        self,
+        piece: str,
+        key: str,
+        model: str,
+        decision: str,
+        *,
+        span: tuple[int, int] | None = None,
+        condition: str | None = None,
+        round_index: int | None = None,
+        details: dict | None = None,
+        fusion: FusionRecord | None = None,
+        topk: list | None = None,
+    ) -> TokenRecord:
+        """Record one accepted token; ``piece`` is the text it adds to the response (may be "" for a byte
+        token whose character is not finished; ``span`` then gives the character it belongs to)."""
+        start = len(self.text)
+        self.text += piece
+        if span is None:
+            span = (start, len(self.text))
+        record = TokenRecord(
+            index=len(self.trace.tokens),
+            text=display_key(key) if key != EOS_KEY else "<eos>",
+            start=span[0],
+            end=span[1],
+            model=model,
+            decision=decision,
+            condition=condition,
+            round=round_index,
+            details=details or {},
+            fusion=fusion,
+            topk=topk,
+        )
+        if fusion is not None:
+            self.fusion_ms.append(fusion.ms)
+        if self.trace.stats.first_token_s is None:
+            self.trace.stats.first_token_s = round(time.perf_counter() - self.started, 4)
+        self.trace.tokens.append(record)
+        self._held.append(record)
+        return record
+
+    def add_model_tokens(self, adapter: ModelAdapter, first: int, decision: str, upto: int | None = None, **kwargs) -> None:
+        """Record the adapter's response tokens from index ``first`` on (the adapter spells the response).
+
+        Byte tokens that split one character are held until the character is complete; then every one of
+        them is recorded with that character's span, so a character is never split in the trace.
+        """
+        for i in range(first, len(adapter.ids) if upto is None else upto):
+            key = adapter.keys.key(adapter.ids[i])
+            if not adapter.clean[i]:
+                self._partial.append((key, adapter.name, decision, kwargs))
+                continue
+            start, end = len(self.text), adapter.ends[i]
+            for held_key, model, held_decision, held_kwargs in self._partial:
+                self.add("", held_key, model, held_decision, span=(start, end), **held_kwargs)
+            self._partial = []
+            self.add(adapter.text[start:end], key, adapter.name, decision, span=(start, end), **kwargs)
+
+    def check_stop(self) -> bool:
+        """Cut the response at a stop string if one appeared; True when the run must end."""
+        for stop in self.stop_strings:
+            idx = self.text.find(stop)
+            if idx >= 0:
+                self.text = self.text[:idx]
+                self.trace.tokens = [t for t in self.trace.tokens if t.start < idx]
+                self._held = [t for t in self._held if t.start < idx]
+                for t in self.trace.tokens:
+                    t.end = min(t.end, idx)
+                self.stopped = "stop_string"
+                return True
+        return False
+
+    def release(self) -> list[TokenEvent]:
+        """Records that no stop string can cut any more, ready to stream."""
+        safe = len(self.text) - self._stop_prefix_len()
+        out = []
+        while self._held and self._held[0].end <= safe:
+            out.append(TokenEvent(self._held.pop(0)))
+        return out
+
+    def release_all(self) -> list[TokenEvent]:
+        out = [TokenEvent(r) for r in self._held]
+        self._held = []
+        return out
+
+    def _stop_prefix_len(self) -> int:
+        """Length of the longest end of the text that could still grow into a stop string."""
+        best = 0
+        for stop in self.stop_strings:
+            for n in range(min(len(stop) - 1, len(self.text)), 0, -1):
+                if self.text.endswith(stop[:n]):
+                    best = max(best, n)
+                    break
+        return best
+
+    def add_round(self, record: RoundRecord) -> RoundEvent:
+        self.trace.rounds.append(record)
+        return RoundEvent(record)
+
+    # -- finishing --------------------------------------------------------------------------------------
+    def finish(self, reason: str, error: str | None = None) -> RunTrace:
+        if self._partial:  # the run ended inside a character: its bytes show as one replacement character
+            start = len(self.text)
+            for n, (key, model, decision, kwargs) in enumerate(self._partial):
+                piece = "\ufffd" if n == len(self._partial) - 1 else ""
+                self.add(piece, key, model, decision, span=(start, start + 1), **kwargs)
+            self._partial = []
+        stats = self.trace.stats
+        self.trace.text = self.text
+        stats.latency_s = round(time.perf_counter() - self.started, 4)
+        stats.generated_tokens = len(self.trace.tokens)
+        counts: dict[str, int] = {}
+        for t in self.trace.tokens:
+            counts[t.decision] = counts.get(t.decision, 0) + 1
+        stats.decisions = counts
+        stats.ensemble_steps = sum(1 for t in self.trace.tokens if t.fusion is not None)
+        stats.et_ratio = round(stats.ensemble_steps / stats.generated_tokens, 4) if stats.generated_tokens else 0.0
+        stats.rounds = len(self.trace.rounds)
+        stats.tokens_per_s = round(stats.generated_tokens / stats.latency_s, 3) if stats.latency_s > 0 else 0.0
+        stats.forward_passes = {a.name: a.stats.passes for a in self.adapters}
+        stats.forward_tokens = {a.name: a.stats.tokens for a in self.adapters}
+        stats.fusion_ms_mean = round(sum(self.fusion_ms) / len(self.fusion_ms), 3) if self.fusion_ms else 0.0
+        stats.stop_reason = self.stopped or reason
+        self.trace.error = error
+        return self.trace
+
+
+def model_topk(adapter: ModelAdapter, logits: torch.Tensor, k: int = 5) -> list[list]:
+    """A model's top-k keys and probabilities (for the inspector of single-model tokens)."""
+    probs = torch.softmax(logits.float(), dim=-1)
+    values, ids = torch.topk(probs, k)
+    return [[display_key(adapter.keys.key(i)), round(float(v), 6)] for v, i in zip(values.tolist(), ids.tolist(), strict=True)]

@@ -1,0 +1,243 @@
+"""SAFE: selective ensembling (Yun et al., "When to Ensemble", arXiv 2510.15346, ICLR 2026).
+
+One round: the drafter proposes up to n tokens from its cache; every verifier re-tokenizes the response plus
+the draft and reads its distribution at each of its token edges in a single forward pass; then each draft
+token is decided at its left boundary:
+
+1. **stability (OOV-like) check**: if some verifier has no token edge there, fusing would hand it a prefix it
+   never produces (SmolLM2 drafts ``S|of|ia``, Gemma holds ``Sofia`` whole): accept the draft token;
+2. **consensus**: accept when every verifier's argmax is its own next token, or when the mean probability
+   (drafter's of its token, each verifier's of its own) exceeds 0.5;
+3. **ensemble**: otherwise fuse (UniTE or GaC, with sharpening). The same key: keep walking. Another key:
+   keep the accepted prefix, append the fused key, discard the rest of the draft, end the round.
+
+Beyond the released code: any number of verifiers, KV caches cropped instead of recomputed, incremental
+re-tokenization, and a per-token trace of every decision.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import torch
+
+from ..adapter import ModelAdapter
+from ..fusion import Fuser
+from ..keys import EOS_KEY, display_key, is_control
+from ..trace import RoundRecord
+from .base import Chooser, Run, model_topk
+from .every_token import follow_key, record_followed
+
+SPLIT_WINDOW = 12
+
+
+def _key_prob(adapter: ModelAdapter, probs: torch.Tensor, token_id: int | None) -> float:
+    """Probability of a token; for end of sequence, of every EOS id of the model."""
+    if token_id is None:
+        ids = sorted(adapter.keys.eos_ids)
+        return float(probs[ids].sum()) if ids else 0.0
+    return float(probs[token_id])
+
+
+def run_safe(run: Run) -> Iterator:
+    settings = run.settings
+    names = [a.name for a in run.adapters]
+    drafter = run.adapters[names.index(settings.drafter) if settings.drafter else 0]
+    verifiers = [a for a in run.adapters if a is not drafter]
+    order = [drafter, *verifiers]
+    fuser = Fuser(
+        [a.name for a in order],
+        [a.keys for a in order],
+        fusion=settings.fusion,
+        top_k=settings.top_k,
+        sharpen=settings.sharpen_for("safe"),
+        lam=settings.sharpen_lambda,
+        weights=settings.weights,
+        temperature=settings.temperature,
+    )
+    chooser = Chooser(settings.temperature, settings.top_p, settings.seed)
+    stats = run.trace.stats
+    round_index = 0
+    while run.budget_left > 0:
+        run.check_cancel()
+        t0 = time.perf_counter()
+        base, first = len(run.text), len(drafter.ids)
+        draft = drafter.draft(min(settings.lookahead, run.budget_left), chooser)
+        draft_text = drafter.text[base:]
+        t1 = time.perf_counter()
+        # Verify: each verifier tokenizes response + draft its own way; one forward pass gives its
+        # next-token distribution at every one of its token edges from the round's start on.
+        at_edge: dict[str, dict[int, tuple[int | None, torch.Tensor]]] = {}
+        for v in verifiers:
+            if v.keys.same_as(drafter.keys):
+                v.restore(drafter.ids)  # same tokenizer: condition on the drafter's very tokens
+            else:
+                v.sync(run.text + draft_text)
+            at_edge[v.name] = {b: (tok, row) for b, tok, row in v.distributions_from(base)}
+        t2 = time.perf_counter()
+        decisions: list[dict] = []
+        replacement: tuple[int, str, object] | None = None
+        ended = False
+        for j, (token_id, draft_logits) in enumerate(draft):
+            key = drafter.keys.key(token_id)
+            if key == EOS_KEY:
+                boundary: int | None = len(drafter.text)
+            else:
+                boundary = drafter.token_start(first + j)
+            info: dict = {"decision": "drafter", "details": {}}
+            if is_control(key) and key != EOS_KEY:
+                info["details"] = {"control_token": True}
+            elif verifiers:
+                blocked = [v for v in verifiers if boundary is None or boundary not in at_edge[v.name]]
+                if blocked:
+                    info = {
+                        "decision": "oov_blocked",
+                        "condition": "inside_character" if boundary is None else "misaligned",
+                        "details": {"blocked_by": [v.name for v in blocked], "boundary": boundary},
+                    }
+                else:
+                    info = _decide(run, chooser, fuser, drafter, verifiers, at_edge, token_id, key, draft_logits, boundary)
+                # How every model cuts the text around this point (what the inspector shows).
+                at = boundary if boundary is not None else drafter.ends[first + j]
+                info["details"]["splits"] = {a.name: a.tokens_near(at) for a in order}
+            info["topk"] = model_topk(drafter, draft_logits, 5)
+            decisions.append(info)
+            if info.get("replace") is not None:
+                replacement = (j, info.pop("replace"), draft_logits)
+                break
+            if key == EOS_KEY:
+                ended = True
+                break
+        # Commit: the drafter keeps its own ids for accepted tokens.
+        accepted = replacement[0] if replacement else len(decisions) - (1 if ended else 0)
+        drafter.truncate_tokens(first + accepted)
+        for j, info in enumerate(decisions[:accepted]):
+            run.add_model_tokens(
+                drafter,
+                first + j,
+                info["decision"],
+                upto=first + j + 1,
+                condition=info.get("condition"),
+                round_index=round_index,
+                details=info.get("details"),
+                fusion=info.get("fusion"),
+                topk=info.get("topk"),
+            )
+        if ended and replacement is None:  # the accepted end of sequence is a (zero-width) token too
+            info = decisions[-1]
+            run.add("", EOS_KEY, drafter.name, info["decision"], condition=info.get("condition"), round_index=round_index,
+                    details=info.get("details"), fusion=info.get("fusion"), topk=info.get("topk"))
+        if replacement is not None:
+            j, new_key, draft_logits = replacement
+            info = decisions[j]
+            if new_key == EOS_KEY:
+                ended = True
+                run.add("", EOS_KEY, "ensemble", "ensembled_replaced", condition=info.get("condition"),
+                        round_index=round_index, details=info["details"], fusion=info["fusion"], topk=info.get("topk"))
+            else:
+                piece, finisher, start_index = follow_key([drafter], [draft_logits], run.text, new_key)
+                record_followed(
+                    run,
+                    piece,
+                    new_key,
+                    finisher,
+                    start_index,
+                    "ensemble",
+                    "ensembled_replaced",
+                    condition=info.get("condition"),
+                    round_index=round_index,
+                    details=info["details"],
+                    fusion=info["fusion"],
+                    topk=info.get("topk"),
+                )
+        discarded = len(draft) - accepted - (1 if ended and replacement is None else 0)
+        stats.draft_tokens += len(draft)
+        stats.draft_discarded += discarded
+        yield run.add_round(
+            RoundRecord(
+                index=round_index,
+                start=base,
+                candidates=[{"model": drafter.name, "text": draft_text, "tokens": len(draft)}],
+                verifiers=[v.name for v in verifiers],
+                winner=drafter.name,
+                accepted_text=run.text[base:],
+                timings={
+                    "draft_s": round(t1 - t0, 4),
+                    "verify_s": round(t2 - t1, 4),
+                    "decide_s": round(time.perf_counter() - t2, 4),
+                },
+                details={
+                    "accepted": accepted,
+                    "discarded": discarded,
+                    "replaced": replacement is not None,
+                    "decisions": [d["decision"] for d in decisions],
+                },
+            )
+        )
+        round_index += 1
+        if run.check_stop():
+            return "stop_string"
+        yield from run.release()
+        if ended:
+            return "eos"
+    return "budget"
+
+
+def _decide(run, chooser, fuser, drafter, verifiers, at_edge, token_id, key, draft_logits, boundary) -> dict:
+    """Consensus check, then fusion, for one draft token at a boundary every verifier shares."""
+    draft_probs = chooser.probs(draft_logits)
+    p_draft = float(draft_probs[token_id])
+    own = {}
+    unanimous = True
+    for v in verifiers:
+        next_id, row = at_edge[v.name][boundary]
+        if key == EOS_KEY:
+            next_id = None  # the verifier's own continuation at the end of the text is its EOS
+        probs = torch.softmax(row.float(), dim=-1)
+        own[v.name] = (next_id, _key_prob(v, probs, next_id))
+        top = int(torch.argmax(row))
+        unanimous &= (top in v.keys.eos_ids) if next_id is None else (top == next_id)
+    mean_p = (p_draft + sum(p for _, p in own.values())) / (1 + len(verifiers))
+    details = {
+        "boundary": boundary,
+        "per_model_top": {
+            drafter.name: model_topk(drafter, draft_logits, 5),
+            **{v.name: model_topk(v, at_edge[v.name][boundary][1], 5) for v in verifiers},
+        },
+        "mean_prob": round(mean_p, 4),
+        "probs": {drafter.name: round(p_draft, 4), **{n: round(p, 4) for n, (_, p) in own.items()}},
+        "verifier_tokens": {
+            v.name: "<eos>" if own[v.name][0] is None else display_key(v.keys.key(own[v.name][0])) for v in verifiers
+        },
+    }
+    if chooser.greedy and unanimous:
+        return {"decision": "consensus", "condition": "unanimous", "details": details}
+    if mean_p > 0.5:
+        return {"decision": "consensus", "condition": "confident", "details": details}
+    logits = [draft_logits] + [at_edge[v.name][boundary][1] for v in verifiers]
+    fused = fuser.fuse(logits, drafter=0, draft_key=key, boundary=boundary)
+    if chooser.greedy:
+        choice = fused.choice
+    else:
+        # Paper App. H: accept the draft with probability min(1, P_ens / P_draft); on rejection sample from
+        # the residual max(0, P_ens - P_draft) over the fused candidates (speculative sampling).
+        p_ens = fused.prob_of(key)
+        if chooser.uniform() < min(1.0, p_ens / max(p_draft, 1e-12)):
+            choice = key
+        else:
+            if fuser.union is not None:
+                draft_on_keys = fuser.union.project(0, draft_probs)
+            else:
+                draft_on_keys = torch.tensor(
+                    [float(draft_probs[ids].sum()) if (ids := drafter.keys.ids_for_key(k)) else 0.0 for k in fused.keys]
+                )
+            residual = (fused.probs - draft_on_keys).clamp_min(0)
+            if float(residual.sum()) <= 0:
+                residual = fused.probs.clone()
+            choice = fused.keys[chooser.sample(residual / residual.sum())]
+        details["accept_prob"] = round(min(1.0, p_ens / max(p_draft, 1e-12)), 4)
+    details["fused_prob"] = round(fused.prob_of(choice), 4)
+    if choice == key:
+        return {"decision": "ensembled_kept", "details": details, "fusion": fused.record}
+    return {"decision": "ensembled_replaced", "details": details, "fusion": fused.record, "replace": choice}

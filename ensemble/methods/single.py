@@ -1,0 +1,29 @@
+"""Single-model decoding through the adapter: the baseline every ensemble is measured against."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..keys import EOS_KEY
+from .base import Chooser, Run, model_topk
+
+
+def run_single(run: Run, record_topk: int = 5) -> Iterator:
+    """Greedy (or sampled) decoding of the first model; equals ``model.generate`` token for token."""
+    adapter = run.adapters[0]
+    chooser = Chooser(run.settings.temperature, run.settings.top_p, run.settings.seed)
+    while run.budget_left > 0:
+        run.check_cancel()
+        logits = adapter.next_logits()
+        token_id = chooser(logits)
+        topk = model_topk(adapter, logits, record_topk) if record_topk else None
+        if adapter.keys.key(token_id) == EOS_KEY:
+            run.add("", EOS_KEY, adapter.name, "drafter", topk=topk)
+            return "eos"
+        first = len(adapter.ids)
+        adapter.append(token_id)
+        run.add_model_tokens(adapter, first, "drafter", topk=topk)
+        if run.check_stop():
+            return "stop_string"
+        yield from run.release()
+    return "budget"

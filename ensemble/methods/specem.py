@@ -1,0 +1,215 @@
+"""SpecEM: segment-level ensembling (Lv et al., arXiv 2412.07380 v3, NeurIPS 2025; first titled SpecFuse).
+
+Each round every drafting model proposes a segment of at most L tokens from its own cache (cut back to a word
+boundary); every verifier scores every candidate from the same context in ONE forward pass (verify-in-line:
+candidates side by side after the cached context, position ids restarting per candidate, a 4-D mask keeping
+them apart); the weighted scores pick the winner, whose text all models share next round; and an online
+Hedge update moves weight toward models whose segments keep winning.
+
+Beyond the released code: KV caches reused across rounds (it recomputes the context each round, so its cost
+grows quadratically), verifiers see the real prompt, junction-correct candidate tokenization, feedback after
+the round's vote for any drafter/verifier subsets, and per-phase timings in the trace.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import unicodedata
+from collections.abc import Iterator
+
+import torch
+
+from ..adapter import ModelAdapter
+from ..keys import EOS_KEY
+from ..trace import RoundRecord
+from .base import Chooser, Run
+
+
+def _no_space_script(ch: str) -> bool:
+    """Characters of scripts written without spaces (CJK ideographs, kana, hangul syllables, ...)."""
+    if not ch:
+        return False
+    code = ord(ch)
+    return (
+        0x2E80 <= code <= 0x9FFF
+        or 0xAC00 <= code <= 0xD7AF
+        or 0xF900 <= code <= 0xFAFF
+        or 0xFF00 <= code <= 0xFFEF
+        or 0x20000 <= code <= 0x3FFFF
+        or 0x0E00 <= code <= 0x0EFF  # Thai, Lao
+    )
+
+
+def _is_punct(ch: str) -> bool:
+    return unicodedata.category(ch).startswith("P") if ch else False
+
+
+def word_cut(text: str, edges: list[int]) -> int:
+    """Where to cut a segment back to the last word boundary (SpecEM §3.1).
+
+    A text that ends in whitespace or punctuation is kept whole. Otherwise the cut is the last of the
+    drafter's token edges (``edges``) that falls before a space, after punctuation, or next to a character
+    of a script written without spaces (CJK), so unfinished words are left for the next round. A text with
+    no such edge (one long word) is kept whole.
+    """
+    if not text or text[-1].isspace() or _is_punct(text[-1]):
+        return len(text)
+    for cut in sorted(edges, reverse=True):
+        if 0 < cut < len(text):
+            before, after = text[cut - 1], text[cut]
+            if after.isspace() or _is_punct(before) or _no_space_script(before) or _no_space_script(after):
+                return cut
+    return len(text)
+
+
+def hedge_rewards(scores: list[list[float]], verifiers: list[str], candidates: list[str]) -> dict[str, float]:
+    """SpecEM's reward of each candidate's model: the share of (other verifier, other candidate) pairs
+    where its candidate scored at least as high, floored at one pair's share."""
+    rewards = {}
+    for i, model in enumerate(candidates):
+        pairs = [(v, k) for v, name in enumerate(verifiers) if name != model for k in range(len(candidates)) if k != i]
+        if not pairs:
+            rewards[model] = 0.0
+            continue
+        wins = sum(1 for v, k in pairs if scores[v][i] >= scores[v][k])
+        rewards[model] = max(wins, 1) / len(pairs)
+    return rewards
+
+
+def hedge_update(weights: dict[str, float], rewards: dict[str, float], eta0: float, round_number: int, k: int) -> dict[str, float]:
+    """w_m <- w_m * exp(eta_t * g_m) with eta_t = eta0 * sqrt(1/K) / t, renormalised."""
+    eta = eta0 * math.sqrt(1.0 / max(k, 1)) / max(round_number, 1)
+    raw = {m: w * math.exp(eta * rewards.get(m, 0.0)) for m, w in weights.items()}
+    total = sum(raw.values())
+    return {m: w / total for m, w in raw.items()}
+
+
+def verifier_scores(token_scores: list[tuple[list[float], list[float]]], scoring: str) -> list[float]:
+    """One verifier's normalised scores of all candidates from per-token log-probs and logits."""
+    if scoring == "logit":
+        means = [sum(raw) / len(raw) if raw else 0.0 for _, raw in token_scores]
+        total = sum(means)
+        return [m / total if total else 1.0 / len(means) for m in means]
+    means = torch.tensor([sum(lp) / len(lp) if lp else -1e9 for lp, _ in token_scores], dtype=torch.float64)
+    return torch.softmax(means, dim=0).tolist()
+
+
+def run_specem(run: Run, recompute_context: bool = False) -> Iterator:
+    """SpecEM rounds until a winning EOS, a stop string or the budget. ``recompute_context`` drops every cache
+    each round, like the released code (the bench's no-cache baseline)."""
+    settings = run.settings
+    by_name = {a.name: a for a in run.adapters}
+    drafters = [by_name[n] for n in (settings.drafters or list(by_name))]
+    verifiers = [by_name[n] for n in (settings.verifiers or list(by_name))]
+    chooser = Chooser(settings.temperature, settings.top_p, settings.seed)
+    weights = {a.name: 1.0 / len(run.adapters) for a in run.adapters}
+    stats = run.trace.stats
+    owner: ModelAdapter | None = None  # whose tokens spell the response (the last winner)
+    committed: list[int] = []  # the owner's ids for the response, as of the start of the round
+
+    def follow(adapter: ModelAdapter) -> None:
+        """Bring a model to the response: the winner's very tokens when it shares its tokenizer."""
+        if owner is not None and adapter.keys.same_as(owner.keys):
+            adapter.restore(committed)
+        else:
+            adapter.sync(run.text)
+
+    round_number = 0
+    while run.budget_left > 0:
+        run.check_cancel()
+        round_number += 1
+        base = len(run.text)
+        committed = list(owner.ids) if owner is not None else []
+        timings = {}
+        # 1. Draft: every drafter proposes a segment from its own cache.
+        t0 = time.perf_counter()
+        candidates: list[dict] = []
+        for d in drafters:
+            if recompute_context:
+                d.drop_cache()
+            follow(d)
+            first = len(d.ids)
+            drafted = d.draft(min(settings.segment_len, run.budget_left), chooser)
+            eos = bool(drafted) and d.keys.key(drafted[-1][0]) == EOS_KEY
+            text = d.text[base:]
+            stopped_early = eos or len(drafted) < min(settings.segment_len, run.budget_left)
+            if not stopped_early and len(drafted) >= run.budget_left:
+                stopped_early = True  # the budget ends here: nothing is left for a next round
+            cut = len(text)
+            if not stopped_early:
+                cut = word_cut(text, [d.ends[i] - base for i in range(first, len(d.ids)) if d.clean[i]])
+            if cut < len(text):
+                keep = next(i + 1 for i in range(first, len(d.ids)) if d.clean[i] and d.ends[i] - base == cut)
+                d.truncate_tokens(keep)
+            if len(d.ids) == first and not eos:
+                continue  # nothing drafted (cannot happen with a budget left; kept for safety)
+            candidates.append({"model": d.name, "text": d.text[base:], "eos": eos, "ids": list(d.ids), "first": first})
+        stats.draft_tokens += sum(len(c["ids"]) - c["first"] for c in candidates)
+        timings["draft_s"] = round(time.perf_counter() - t0, 4)
+        if not candidates:
+            return "eos"
+        # 2. Verify in line: one pass per verifier over all candidates (a lone candidate wins without a vote).
+        t1 = time.perf_counter()
+        scores: list[list[float]] = []
+        if len(candidates) > 1:
+            for v in verifiers:
+                if recompute_context:
+                    v.drop_cache()
+                follow(v)
+                tokenized = [v.continuation_ids(c["text"]) for c in candidates]
+                context = min(keep for keep, _ in tokenized)
+                blocks, scored_from = [], []
+                for c, (keep, ids) in zip(candidates, tokenized, strict=True):
+                    eos_id = [min(v.keys.eos_ids)] if c["eos"] and v.keys.eos_ids else []
+                    blocks.append(v.ids[context:keep] + ids + eos_id)
+                    scored_from.append(keep - context)
+                per_token = v.score_inline(context, blocks)
+                trimmed = [(lp[s:], raw[s:]) for (lp, raw), s in zip(per_token, scored_from, strict=True)]
+                scores.append(verifier_scores(trimmed, settings.scoring))
+        timings["verify_s"] = round(time.perf_counter() - t1, 4)
+        # 3. Aggregate with the current weights and commit the winner; 4. then the Hedge update.
+        if scores:
+            aggregate = [sum(weights[v.name] * scores[r][i] for r, v in enumerate(verifiers)) for i in range(len(candidates))]
+        else:
+            aggregate = [1.0]
+        win = max(range(len(candidates)), key=aggregate.__getitem__)
+        winner = candidates[win]
+        weights_before = dict(weights)
+        rewards = hedge_rewards(scores, [v.name for v in verifiers], [c["model"] for c in candidates]) if scores else {}
+        if settings.eta > 0 and rewards:
+            weights = hedge_update(weights, rewards, settings.eta, round_number, len(candidates))
+        t2 = time.perf_counter()
+        owner = by_name[winner["model"]]
+        owner.restore(winner["ids"])  # the winner keeps the very tokens it drafted
+        run.add_model_tokens(owner, winner["first"], "segment", round_index=round_number - 1, details={"segment_of": owner.name})
+        if winner["eos"]:
+            run.add("", EOS_KEY, owner.name, "segment", round_index=round_number - 1, details={"segment_of": owner.name})
+        stats.wins[owner.name] = stats.wins.get(owner.name, 0) + 1
+        timings["commit_s"] = round(time.perf_counter() - t2, 4)
+        yield run.add_round(
+            RoundRecord(
+                index=round_number - 1,
+                start=base,
+                candidates=[
+                    {"model": c["model"], "text": c["text"], "tokens": len(c["ids"]) - c["first"], "eos": c["eos"]}
+                    for c in candidates
+                ],
+                verifiers=[v.name for v in verifiers],
+                scores=[[round(x, 6) for x in row] for row in scores],
+                aggregate=[round(x, 6) for x in aggregate],
+                weights_before={k: round(w, 6) for k, w in weights_before.items()},
+                weights_after={k: round(w, 6) for k, w in weights.items()},
+                rewards={k: round(g, 6) for k, g in rewards.items()},
+                winner=owner.name,
+                winner_index=win,
+                accepted_text=winner["text"],
+                timings=timings,
+            )
+        )
+        if run.check_stop():
+            return "stop_string"
+        yield from run.release()
+        if winner["eos"]:
+            return "eos"
+    return "budget"
