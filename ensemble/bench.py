@@ -1,0 +1,311 @@
+"""``python -m ensemble bench``: speed of loading, decoding, re-tokenizing and every method, in one run.
+
+Ratios matter more than seconds on a shared, noisy machine, so every comparison is measured in the same
+process, back to back, on the same prompts and token budget (each timing is the best of ``--repeat`` runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+
+PROMPTS = [
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+    "How many clips did Natalia sell altogether in April and May?",
+    "Sofia went to Plovdiv in 1999 and to Veliko Tarnovo in 2004. Write two sentences about her trips.",
+    "Write a Python function that returns the n-th Fibonacci number.",
+]
+SECTIONS = ("load", "single", "retokenize", "methods", "specem")
+
+
+def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--models", default="qwen,smollm2,gemma3")
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--prompts", type=int, default=2, help="how many of the built-in prompts to use (1-3)")
+    p.add_argument("--repeat", type=int, default=1, help="best of N timings")
+    p.add_argument("--lookahead", type=int, default=5)
+    p.add_argument("--only", default=",".join(SECTIONS), help=f"comma list of sections: {', '.join(SECTIONS)}")
+    p.add_argument("--specem-long", type=int, default=400, help="long SpecEM run for the linear-cost check")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bench)
+
+
+class PeakMemory:
+    """Peak resident memory of this process while the block runs (sampled every 20 ms)."""
+
+    def __enter__(self):
+        import psutil
+
+        self._proc = psutil.Process()
+        self.peak = self._proc.memory_info().rss
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self):
+        while not self._stop.wait(0.02):
+            self.peak = max(self.peak, self._proc.memory_info().rss)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._proc.memory_info().rss)
+        self.peak_mb = round(self.peak / 2**20, 1)
+
+
+def _log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def bench_load(names: list[str]) -> dict:
+    from .registry import is_cached, load, quiet_progress
+
+    cold = [n for n in names if not is_cached(n)]
+    started = time.perf_counter()
+    models = {}
+    per_model = {}
+    for name in names:
+        t = time.perf_counter()
+        models[name] = load(name, progress=quiet_progress)
+        per_model[name] = round(time.perf_counter() - t, 2)
+    total = round(time.perf_counter() - started, 2)
+    return {"models": models, "report": {"total_s": total, "per_model_s": per_model, "cold": cold, "target_s": 10.0}}
+
+
+def bench_single(models: dict, prompts: list[str], budget: int, repeat: int) -> dict:
+    """Adapter decoding vs ``model.generate``: same prompt, greedy, seconds per token of each."""
+    import torch
+
+    from .methods import generate
+    from .settings import Settings
+
+    out = {}
+    for name, m in models.items():
+        ours, ref, tokens = [], [], 0
+        for prompt in prompts:
+            ids = torch.tensor([m.prompt_ids(prompt)])
+            best_ours = best_ref = float("inf")
+            for _ in range(repeat):
+                t = time.perf_counter()
+                trace = generate([m], prompt, "single", Settings(max_new_tokens=budget, stop_strings=[]))
+                best_ours = min(best_ours, time.perf_counter() - t)
+                with torch.inference_mode():
+                    t = time.perf_counter()
+                    gen = m.model.generate(ids, max_new_tokens=budget, do_sample=False)
+                    best_ref = min(best_ref, time.perf_counter() - t)
+            n_ref = gen.shape[1] - ids.shape[1]
+            n_ours = trace.stats.generated_tokens + (1 if trace.stats.stop_reason == "eos" else 0)
+            ours.append(best_ours / max(n_ours, 1))
+            ref.append(best_ref / max(n_ref, 1))
+            tokens += n_ours
+        s_ours, s_ref = sum(ours) / len(ours), sum(ref) / len(ref)
+        out[name] = {
+            "adapter_s_per_token": round(s_ours, 4),
+            "generate_s_per_token": round(s_ref, 4),
+            "adapter_tokens_per_s": round(1 / s_ours, 2),
+            "generate_tokens_per_s": round(1 / s_ref, 2),
+            "ratio_adapter_to_generate": round(s_ours / s_ref, 3),
+            "tokens": tokens,
+        }
+        _log(f"single {name}: adapter {1 / s_ours:.2f} tok/s, generate {1 / s_ref:.2f} tok/s")
+    return out
+
+
+def bench_retokenize(models: dict) -> dict:
+    """Cost of one re-sync step (append a few characters) as the response grows: it must stay flat."""
+    from .adapter import ModelAdapter
+
+    words = ["The", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog;", "Sofia", "went", "to", "Plovdiv", "in", "1999,", "中文", "🙂", "x=42.", ""]
+    out = {}
+    for name, m in models.items():
+        adapter = ModelAdapter(m)
+        adapter.start("bench")
+        text, marks, at = "", {}, 0
+        timings: dict[int, list[float]] = {100: [], 1000: [], 4000: []}
+        while len(text) < 4200:
+            text += words[at % len(words)] + " "
+            at += 1
+            t = time.perf_counter()
+            adapter.sync(text)
+            dt = time.perf_counter() - t
+            for size in timings:
+                if size <= len(text) < size + 200:
+                    timings[size].append(dt)
+        marks = {f"{size}_chars_us": round(1e6 * sorted(v)[len(v) // 2], 1) for size, v in timings.items() if v}
+        out[name] = marks
+        _log(f"retokenize {name}: {marks}")
+    return out
+
+
+def _run_method(models: list, prompts: list[str], method: str, settings_kwargs: dict, repeat: int, **run_kwargs) -> dict:
+    from .methods import EnsembleRun
+    from .settings import Settings
+
+    seconds, tokens, et, passes, fusion_ms, rounds = 0.0, 0, [], {}, [], 0
+    first_token = []
+    with PeakMemory() as mem:
+        for prompt in prompts:
+            best = None
+            for _ in range(repeat):
+                job = EnsembleRun(models, prompt, method, Settings(**settings_kwargs), **run_kwargs)
+                t = time.perf_counter()
+                for _ in job.events():
+                    pass
+                elapsed = time.perf_counter() - t
+                if best is None or elapsed < best[0]:
+                    best = (elapsed, job.trace)
+            elapsed, trace = best
+            seconds += elapsed
+            tokens += trace.stats.generated_tokens
+            et.append(trace.stats.et_ratio)
+            rounds += trace.stats.rounds
+            if trace.stats.first_token_s is not None:
+                first_token.append(trace.stats.first_token_s)
+            for k, v in trace.stats.forward_passes.items():
+                passes[k] = passes.get(k, 0) + v
+            if trace.stats.fusion_ms_mean:
+                fusion_ms.append(trace.stats.fusion_ms_mean)
+    return {
+        "s_per_token": round(seconds / max(tokens, 1), 4),
+        "tokens": tokens,
+        "et_ratio": round(sum(et) / len(et), 4),
+        "forward_passes": passes,
+        "fusion_ms_per_step": round(sum(fusion_ms) / len(fusion_ms), 3) if fusion_ms else 0.0,
+        "rounds": rounds,
+        "first_token_s": round(sum(first_token) / len(first_token), 3) if first_token else None,
+        "peak_rss_mb": mem.peak_mb,
+    }
+
+
+def bench_methods(models: list, prompts: list[str], budget: int, lookahead: int, repeat: int) -> dict:
+    """Drafter alone, UniTE, GaC and SAFE (both fusions) on the same prompts; ratios to the drafter."""
+    base = {"max_new_tokens": budget}
+    plan = [
+        ("drafter_alone", "single", {}),
+        ("unite", "unite", {}),
+        ("gac", "gac", {}),
+        ("safe_unite", "safe", {"lookahead": lookahead, "fusion": "unite"}),
+        ("safe_gac", "safe", {"lookahead": lookahead, "fusion": "gac"}),
+    ]
+    out = {}
+    for label, method, extra in plan:
+        out[label] = _run_method(models, prompts, method, {**base, **extra}, repeat)
+        _log(f"{label}: {out[label]['s_per_token']:.4f} s/token, E/T {out[label]['et_ratio']:.3f}")
+    drafter = out["drafter_alone"]["s_per_token"]
+    for row in out.values():
+        row["ratio_to_drafter"] = round(row["s_per_token"] / drafter, 3)
+    out["targets"] = {"safe_ratio_max": 1.3, "unite_fusion_ms_max": 5, "gac_fusion_ms_max": 20}
+    return out
+
+
+def bench_specem(models: list, prompts: list[str], budget: int, long_budget: int, repeat: int) -> dict:
+    """SpecEM against the sum of the models' single per-token times, a no-cache variant, and 100 vs 400 tokens."""
+    out = {"single": {}}
+    total_single = 0.0
+    for m in models:
+        row = _run_method([m], prompts, "single", {"max_new_tokens": budget}, repeat)
+        out["single"][m.name] = row["s_per_token"]
+        total_single += row["s_per_token"]
+    out["sum_of_singles_s_per_token"] = round(total_single, 4)
+    out["specem"] = _run_method(models, prompts, "specem", {"max_new_tokens": budget}, repeat)
+    _log(f"specem: {out['specem']['s_per_token']:.4f} s/token (sum of singles {total_single:.4f})")
+    out["specem_no_cache"] = _run_method(models, prompts, "specem", {"max_new_tokens": budget}, 1, recompute_context=True)
+    _log(f"specem without cache: {out['specem_no_cache']['s_per_token']:.4f} s/token")
+    out["ratio_to_sum_of_singles"] = round(out["specem"]["s_per_token"] / total_single, 3)
+    out["ratio_no_cache_to_cached"] = round(out["specem_no_cache"]["s_per_token"] / out["specem"]["s_per_token"], 3)
+    # Linear cost: time per token of a 100-token and a long run with no early stop (EOS and stops ignored).
+    long_prompt = "Write a long, detailed story about a journey from Sofia to Plovdiv, in many paragraphs."
+    short = _run_method(models, [long_prompt], "specem", {"max_new_tokens": 100, "stop_strings": []}, 1)
+    long = _run_method(models, [long_prompt], "specem", {"max_new_tokens": long_budget, "stop_strings": []}, 1)
+    out["length_check"] = {
+        "s_per_token_at_100": short["s_per_token"],
+        f"s_per_token_at_{long_budget}": long["s_per_token"],
+        "tokens": [short["tokens"], long["tokens"]],
+        "ratio": round(long["s_per_token"] / short["s_per_token"], 3),
+    }
+    out["targets"] = {"ratio_to_sum_of_singles_max": 1.5, "length_ratio_max": 1.25}
+    return out
+
+
+def cmd_bench(args) -> int:
+    from .settings import Settings
+
+    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    Settings(max_new_tokens=args.max_new_tokens, lookahead=args.lookahead).validate("safe", names)
+    sections = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = [s for s in sections if s not in SECTIONS]
+    if unknown:
+        from .errors import SettingsError
+
+        raise SettingsError(f"Unknown bench section(s) {unknown}; choose from {', '.join(SECTIONS)}.")
+    prompts = PROMPTS[: max(1, min(args.prompts, len(PROMPTS)))]
+    import torch
+
+    report: dict = {
+        "machine": {"threads": torch.get_num_threads(), "torch": torch.__version__},
+        "settings": {"models": names, "max_new_tokens": args.max_new_tokens, "prompts": len(prompts), "repeat": args.repeat},
+    }
+    loaded = bench_load(names)
+    models = loaded["models"]
+    if "load" in sections:
+        report["load"] = loaded["report"]
+        _log(f"warm load: {loaded['report']}")
+    if "single" in sections:
+        report["single"] = bench_single(models, prompts, args.max_new_tokens, args.repeat)
+    if "retokenize" in sections:
+        report["retokenize"] = bench_retokenize(models)
+    ordered = [models[n] for n in names]
+    if "methods" in sections and len(ordered) > 1:
+        report["methods"] = bench_methods(ordered, prompts, args.max_new_tokens, args.lookahead, args.repeat)
+    if "specem" in sections and len(ordered) > 1:
+        report["specem"] = bench_specem(ordered, prompts, args.max_new_tokens, args.specem_long, args.repeat)
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print(format_report(report))
+    return 0
+
+
+def format_report(report: dict) -> str:
+    lines = [f"Ensemble Lens bench - {report['settings']} - torch threads {report['machine']['threads']}"]
+    if "load" in report:
+        r = report["load"]
+        lines.append(f"\nwarm load: {r['total_s']} s in total (target <= {r['target_s']} s) {r['per_model_s']}")
+    if "single" in report:
+        lines.append("\nsingle-model decoding: adapter vs model.generate (same tokens)")
+        for name, r in report["single"].items():
+            lines.append(
+                f"  {name:<10} adapter {r['adapter_tokens_per_s']:>6.2f} tok/s  generate {r['generate_tokens_per_s']:>6.2f} tok/s"
+                f"  ratio {r['ratio_adapter_to_generate']:.3f} (target <= 1.10)"
+            )
+    if "retokenize" in report:
+        lines.append("\nre-tokenization per step (median microseconds) at response length 100 / 1000 / 4000 characters")
+        for name, r in report["retokenize"].items():
+            lines.append(f"  {name:<10} " + "  ".join(f"{v:>8.1f}" for v in r.values()))
+    if "methods" in report:
+        lines.append("\nmethod          s/token  ratio-to-drafter   E/T   fusion-ms/step  peak-RSS-MB  forward passes")
+        for label, r in report["methods"].items():
+            if label == "targets":
+                continue
+            lines.append(
+                f"  {label:<13} {r['s_per_token']:>7.4f}  {r['ratio_to_drafter']:>8.3f}        {r['et_ratio']:>6.3f}"
+                f"  {r['fusion_ms_per_step']:>10.3f}  {r['peak_rss_mb']:>10.1f}   {r['forward_passes']}"
+            )
+        lines.append(f"  targets: {report['methods']['targets']}")
+    if "specem" in report:
+        r = report["specem"]
+        lines.append(
+            f"\nSpecEM: {r['specem']['s_per_token']:.4f} s/token; sum of single models {r['sum_of_singles_s_per_token']:.4f}"
+            f" -> ratio {r['ratio_to_sum_of_singles']:.3f} (target <= 1.5)"
+        )
+        lines.append(
+            f"  without KV reuse (released code's recompute): {r['specem_no_cache']['s_per_token']:.4f} s/token"
+            f" ({r['ratio_no_cache_to_cached']:.2f}x the cached run)"
+        )
+        lc = r["length_check"]
+        lines.append(f"  per-token time at 100 vs long: {lc} (target ratio <= 1.25)")
+    return "\n".join(lines)
