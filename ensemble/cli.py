@@ -48,7 +48,7 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-new-tokens", type=int, default=128)
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=int, default=0, help="random seed (sampling; evaluate: which questions)")
     g.add_argument("--top-k", type=int, default=10, help="UniTE's k (default 10)")
     g.add_argument("--weights", default=None, help="model weights, e.g. qwen=2,gemma3=1 (default equal)")
     g.add_argument("--sharpen", choices=["none", "heuristic", "geometric"], default=None,
