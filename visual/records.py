@@ -1,0 +1,136 @@
+"""Defensive readers for trace records: an uploaded trace's ``details`` dict is free-form JSON."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+
+from ensemble.keys import EOS_KEY
+from ensemble.trace import RunTrace, TokenRecord
+
+MAX_WINDOW = 160  # characters around a decision; caps what a malformed uploaded trace can make us draw
+
+
+def find_record(trace: RunTrace, index) -> TokenRecord | None:
+    """The record whose ``index`` is ``index`` (an int or the strip's ``data-i`` string), or None."""
+    try:
+        i = int(index)
+    except (TypeError, ValueError):
+        return None
+    if 0 <= i < len(trace.tokens) and trace.tokens[i].index == i:
+        return trace.tokens[i]
+    return next((t for t in trace.tokens if t.index == i), None)
+
+
+def setting(trace: RunTrace, name: str):
+    """One of the run's (effective) settings, None when absent."""
+    return trace.settings.get(name) if isinstance(trace.settings, dict) else None
+
+
+def drafter_of(record: TokenRecord, trace: RunTrace) -> str:
+    """The SAFE drafter behind a record: the record's own model, except ``ensemble`` for a replaced token."""
+    if record.model in trace.models:
+        return record.model
+    chosen = text(setting(trace, "drafter"))
+    if chosen in trace.models:
+        return chosen
+    d = mapping(record.details)
+    verifiers = {*mapping(d.get("verifier_tokens")), *names(d.get("blocked_by"))}
+    for model in [*mapping(d.get("probs")), *mapping(d.get("per_model_top")), *trace.models]:
+        if model not in verifiers:
+            return model
+    return record.model
+
+
+def number(value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def text(value) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def names(value) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def mapping(value) -> dict:
+    return {k: v for k, v in value.items() if isinstance(k, str)} if isinstance(value, dict) else {}
+
+
+def pairs(value) -> list[tuple[str, float]]:
+    """``[[key, probability], ...]`` as tuples, malformed entries dropped."""
+    out = []
+    for item in value if isinstance(value, list) else []:
+        if isinstance(item, list | tuple) and len(item) == 2 and isinstance(item[0], str) and number(item[1]) is not None:
+            out.append((item[0], float(item[1])))
+    return out
+
+
+def integer(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def spans(value, limit: int = 10_000) -> list[tuple[str, int, int]]:
+    """``[[text, start, end], ...]`` (a model's ``splits``) as tuples; entries whose text does not fit the span dropped.
+
+    A token that ends inside a character (the last one of an unfinished draft) holds the text up to the end
+    plus U+FFFD: its text is one character longer than its span.
+    """
+    out = []
+    for item in value if isinstance(value, list) else []:
+        if (
+            isinstance(item, list | tuple)
+            and len(item) == 3
+            and isinstance(item[0], str)
+            and all(integer(x) is not None for x in item[1:])
+            and 0 <= item[1] <= item[2] <= limit
+            and (len(item[0]) == item[2] - item[1] or (is_incomplete(item[0]) and len(item[0]) == item[2] - item[1] + 1))
+        ):
+            out.append((item[0], item[1], item[2]))
+    return out
+
+
+def is_incomplete(piece: str) -> bool:
+    """True for a ``splits`` piece that ends inside a character (its text ends with U+FFFD)."""
+    return piece.endswith("\ufffd")
+
+
+def splits(details, limit: int) -> dict[str, list[tuple[str, int, int]]]:
+    """Each model's tokens around a decision (``details.splits``), models without a usable token left out."""
+    found = {model: spans(value, limit) for model, value in mapping(mapping(details).get("splits")).items()}
+    return {model: tokens for model, tokens in found.items() if tokens}
+
+
+END_TEXTS = ("<eos>", EOS_KEY)
+
+
+def is_end(record: TokenRecord, text_len: int) -> bool:
+    """True for the record of the end of sequence: zero-width, at the end of the response, text ``<eos>``.
+
+    Args:
+        text_len: length of the response so far (while streaming) or of the whole response.
+    """
+    return (
+        record.start == record.end
+        and record.start >= text_len
+        and record.text in END_TEXTS
+        and not mapping(record.details).get("control_token")
+    )
+
+
+def finite(value):
+    """JSON-safe copy: NaN and infinities become None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def record_dict(record: TokenRecord) -> dict:
+    return finite(asdict(record))

@@ -1,0 +1,165 @@
+"""SpecEM views: a card per round (every model's candidate, scores, the winner, rewards), the verifier x
+candidate score matrix of a round, and the Hedge weights over rounds."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from ensemble.trace import RoundRecord, RunTrace
+
+from . import records as rd
+from .charts import hover_table, label, prob, style, unique
+from .escape import safe, whitespace
+from .style import model_class, model_colour, swatch
+
+
+def _is_specem(trace: RunTrace) -> bool:
+    return trace.method == "specem" and bool(trace.rounds)
+
+
+def _num(value, digits: int = 3) -> str:
+    v = rd.number(value)
+    return "–" if v is None else f"{v:.{digits}f}"
+
+
+def _candidate_row(trace: RunTrace, rnd: RoundRecord, i: int, cand: dict) -> str:
+    model = rd.text(cand.get("model")) or "?"
+    winner = rnd.winner_index == i if rnd.winner_index is not None else model == rnd.winner
+    score = rnd.aggregate[i] if i < len(rnd.aggregate) else None
+    tokens = cand.get("tokens")
+    tokens = int(tokens) if isinstance(tokens, int) and not isinstance(tokens, bool) else None
+    eos = ' <span class="el-muted">[end of answer]</span>' if cand.get("eos") is True else ""
+    text = rd.text(cand.get("text")) or ""
+    return (
+        f'<div class="el-cand{" winner" if winner else ""}">'
+        f"<span>{swatch(model_class(trace.models, model))} {safe(model)}{' ✔' if winner else ''}</span>"
+        f'<span class="el-cand-text">{whitespace(text, True) or "<i>(empty)</i>"}{eos}</span>'
+        f'<span class="el-num">{"–" if tokens is None else tokens} tok</span>'
+        f'<span class="el-num">score {_num(score)}</span>'
+        f'<span class="el-num">reward {_num(rd.mapping(rnd.rewards).get(model))}</span>'
+        "</div>"
+    )
+
+
+def rounds_html(trace: RunTrace) -> str:
+    """A timeline of SpecEM rounds, one card each; "" for other methods."""
+    if not _is_specem(trace):
+        return ""
+    cards = []
+    for rnd in trace.rounds:
+        timings = " · ".join(
+            f"{safe(k.removesuffix('_s'))} {_num(v, 2)} s" for k, v in rd.mapping(rnd.timings).items() if rd.number(v) is not None
+        )
+        head = (
+            f'<div class="el-round-head"><b>Round {int(rnd.index)}</b>'
+            f"<span>from character {int(rnd.start)}</span>"
+            f"<span>winner {swatch(model_class(trace.models, rnd.winner or ''))} <b>{safe(rnd.winner)}</b></span>"
+            + (f'<span class="el-muted">{timings}</span>' if timings else "")
+            + "</div>"
+        )
+        header_row = (
+            '<div class="el-cand el-muted"><span>model</span><span>candidate</span>'
+            '<span class="el-num">tokens</span><span class="el-num">weighted score</span><span class="el-num">reward</span></div>'
+        )
+        cands = [_candidate_row(trace, rnd, i, c) for i, c in enumerate(rnd.candidates) if isinstance(c, dict)]
+        before, after = rd.mapping(rnd.weights_before), rd.mapping(rnd.weights_after)
+        weights = ", ".join(f"{safe(m)} {_num(w)} → {_num(after.get(m))}" for m, w in before.items())
+        foot = f'<div class="el-muted">weights {weights}</div>' if weights else ""
+        cards.append(f'<div class="el-round">{head}{header_row}{"".join(cands)}{foot}</div>')
+    return f'<div class="el-rounds">{"".join(cards)}</div>'
+
+
+def score_heatmap(trace: RunTrace, round_index) -> go.Figure | None:
+    """Verifier x candidate scores of one round (position in ``trace.rounds``); None without a vote."""
+    if not _is_specem(trace):
+        return None
+    try:
+        rnd = trace.rounds[int(round_index)]
+    except (TypeError, ValueError, IndexError):
+        return None
+    if int(round_index) < 0 or not rnd.scores:
+        return None
+    cands = [c if isinstance(c, dict) else {} for c in rnd.candidates]
+    n_cols = max(len(row) for row in rnd.scores)
+    z = [[rd.number(x) for x in row] + [None] * (n_cols - len(row)) for row in rnd.scores]
+    verifiers = list(rnd.verifiers) + [f"verifier {i}" for i in range(len(rnd.verifiers), len(z))]
+    cand_labels = unique([f"{i}: {label(cands[i].get('model'), 24, glyphs=False) if i < len(cands) else '?'}" for i in range(n_cols)])
+    weights = rd.mapping(rnd.weights_before)
+    hover = []
+    for v, row in enumerate(z):
+        line = []
+        for i, value in enumerate(row):
+            cand = cands[i] if i < len(cands) else {}
+            line.append(
+                hover_table(
+                    [
+                        ("verifier", label(verifiers[v], glyphs=False)),
+                        ("weight", prob(weights.get(verifiers[v]))),
+                        ("candidate", label(cand.get("model"), glyphs=False)),
+                        ("text", label(cand.get("text"), 60)),
+                        ("score", prob(value)),
+                        ("weighted sum", prob(rnd.aggregate[i] if i < len(rnd.aggregate) else None)),
+                    ]
+                )
+            )
+        hover.append(line)
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=cand_labels,
+            y=unique([label(v, 24, glyphs=False) for v in verifiers[: len(z)]]),
+            customdata=hover,
+            hovertemplate="%{customdata}<extra></extra>",
+            colorscale="Viridis",
+            zmin=0,
+            texttemplate="%{z:.2f}",
+            colorbar=dict(title=dict(text="score")),
+        )
+    )
+    fig.update_xaxes(title_text="candidate (model)", side="bottom")
+    fig.update_yaxes(title_text="verifier", autorange="reversed")
+    winner = f" · winner {label(rnd.winner, glyphs=False)}" if rnd.winner else ""
+    return style(fig, 120 + 46 * len(z), f"Round {int(rnd.index)}: verifier × candidate scores{winner}")
+
+
+def weights_figure(trace: RunTrace) -> go.Figure | None:
+    """One line per model: its Hedge weight at the start and after each round; rewards in the hover."""
+    if not _is_specem(trace):
+        return None
+    start = rd.mapping(trace.rounds[0].weights_before)
+    models = list(trace.models) + [m for m in start if m not in trace.models]
+    if not start and not any(rnd.weights_after for rnd in trace.rounds):
+        return None
+    x = list(range(len(trace.rounds) + 1))
+    fig = go.Figure()
+    for i, model in enumerate(models):
+        ys = [rd.number(start.get(model))] + [rd.number(rd.mapping(r.weights_after).get(model)) for r in trace.rounds]
+        hover = [hover_table([("model", label(model, glyphs=False)), ("point", "start"), ("weight", prob(ys[0]))])]
+        for k, rnd in enumerate(trace.rounds, start=1):
+            hover.append(
+                hover_table(
+                    [
+                        ("model", label(model, glyphs=False)),
+                        ("point", f"after round {int(rnd.index)}"),
+                        ("weight", prob(ys[k])),
+                        ("reward", prob(rd.mapping(rnd.rewards).get(model))),
+                        ("winner", label(rnd.winner, glyphs=False)),
+                    ]
+                )
+            )
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=ys,
+                mode="lines+markers",
+                name=label(model, glyphs=False),
+                line=dict(color=model_colour(i), width=2, dash=["solid", "dash", "dot", "dashdot"][i % 4]),
+                customdata=hover,
+                hovertemplate="%{customdata}<extra></extra>",
+            )
+        )
+    fig.update_xaxes(title_text="round (0 = start)", tickmode="array", tickvals=x, ticktext=["start", *[str(r.index) for r in trace.rounds]])
+    fig.update_yaxes(title_text="weight")
+    fig = style(fig, 320, "Model weights over rounds (online feedback)")
+    fig.update_layout(showlegend=True, legend=dict(orientation="h", y=-0.25))
+    return fig

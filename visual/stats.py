@@ -1,0 +1,170 @@
+"""Run statistics, the per-token table, and the side-by-side comparison of several runs."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ensemble.trace import DECISIONS, RunTrace
+
+from . import records as rd
+from .charts import hover_table, label, style, unique
+from .escape import safe
+from .style import DECISION_LABELS, DECISION_STYLE
+
+TOKEN_COLUMNS = ["index", "text", "start", "end", "model", "decision", "condition", "round", "fused_choice", "draft", "sharpened", "blocked_by"]
+
+
+def _ordered_decisions(counts: dict) -> list[str]:
+    known = [d for d in DECISIONS if d in counts]
+    return known + sorted(str(d) for d in counts if d not in DECISIONS)
+
+
+def stats_frame(trace: RunTrace) -> pd.DataFrame:
+    """Two columns, ``metric`` and ``value``: the run's numbers exactly as ``trace.stats`` holds them."""
+    s = trace.stats
+    rows: list[tuple[str, object]] = [
+        ("tokens", s.generated_tokens),
+        ("ensemble steps", s.ensemble_steps),
+        ("E/T", s.et_ratio),
+        ("latency (s)", s.latency_s),
+        ("tokens/s", s.tokens_per_s),
+        ("first token (s)", s.first_token_s),
+        ("rounds", s.rounds),
+        ("stop reason", s.stop_reason),
+    ]
+    decisions = rd.mapping(s.decisions)
+    rows += [(f"decisions: {d}", decisions[d]) for d in _ordered_decisions(decisions)]
+    rows += [(f"forward passes: {m}", n) for m, n in rd.mapping(s.forward_passes).items()]
+    rows += [(f"forward tokens: {m}", n) for m, n in rd.mapping(s.forward_tokens).items()]
+    rows += [("draft tokens", s.draft_tokens), ("draft discarded", s.draft_discarded), ("mean fusion (ms)", s.fusion_ms_mean)]
+    rows += [(f"wins: {m}", n) for m, n in rd.mapping(s.wins).items()]
+    return pd.DataFrame({"metric": pd.Series([m for m, _ in rows], dtype=object), "value": pd.Series([v for _, v in rows], dtype=object)})
+
+
+def token_frame(trace: RunTrace) -> pd.DataFrame:
+    """One row per token (``trace.token_table()``), the same columns even for an empty trace."""
+    return pd.DataFrame(trace.token_table(), columns=TOKEN_COLUMNS)
+
+
+def _fmt(value, digits: int = 2, suffix: str = "") -> str:
+    v = rd.number(value)
+    if v is None:
+        return "–" if value is None else safe(value)
+    if float(v).is_integer() and digits == 0:
+        return f"{int(v)}{suffix}"
+    return f"{v:.{digits}f}{suffix}"
+
+
+def _kpi(name: str, value: str, title: str = "") -> str:
+    return f'<div class="el-kpi" title="{safe(title)}"><span class="el-kpi-label">{safe(name)}</span><span class="el-big">{value}</span></div>'
+
+
+def stats_html(trace: RunTrace) -> str:
+    """Key numbers, decision counts as coloured chips, and per-model work, as one HTML block."""
+    s = trace.stats
+    et = rd.number(s.et_ratio)
+    kpis = [
+        _kpi("tokens", _fmt(s.generated_tokens, 0), "generated tokens; an answer that ended by itself counts its end-of-sequence token"),
+        _kpi("E/T", "–" if et is None else f"{100 * et:.1f}%", "ensemble steps per generated token"),
+        _kpi("latency", _fmt(s.latency_s, 2, " s")),
+        _kpi("tokens/s", _fmt(s.tokens_per_s, 2)),
+        _kpi("first token", _fmt(s.first_token_s, 2, " s")),
+    ]
+    if rd.number(s.rounds):
+        kpis.append(_kpi("rounds", _fmt(s.rounds, 0)))
+    kpis.append(_kpi("stopped by", safe(s.stop_reason or "–")))
+    decisions = rd.mapping(s.decisions)
+    chips = "".join(
+        f'<span class="el-chip {d if d in DECISION_STYLE else ""}">{safe(DECISION_LABELS.get(d, d))}: {_fmt(decisions[d], 0)}</span>'
+        for d in _ordered_decisions(decisions)
+    )
+    passes, tokens, wins = rd.mapping(s.forward_passes), rd.mapping(s.forward_tokens), rd.mapping(s.wins)
+    models = list(dict.fromkeys([*trace.models, *passes, *tokens]))
+    head = '<tr><th>model</th><th class="el-num">forward passes</th><th class="el-num">tokens processed</th>' + (
+        '<th class="el-num">rounds won</th></tr>' if wins else "</tr>"
+    )
+    body = "".join(
+        f'<tr><td>{safe(m)}</td><td class="el-num">{_fmt(passes.get(m), 0)}</td><td class="el-num">{_fmt(tokens.get(m), 0)}</td>'
+        + (f'<td class="el-num">{_fmt(wins.get(m, 0), 0)}</td>' if wins else "")
+        + "</tr>"
+        for m in models
+    )
+    extra = []
+    if rd.number(s.draft_tokens):
+        extra.append(f"draft tokens {_fmt(s.draft_tokens, 0)}, discarded {_fmt(s.draft_discarded, 0)}")
+    if rd.number(s.fusion_ms_mean):
+        extra.append(f"mean fusion time {_fmt(s.fusion_ms_mean, 2)} ms")
+    notes = "".join(f'<p class="el-muted">⚠ {safe(w)}</p>' for w in trace.warnings)
+    if trace.error:
+        notes += f'<p class="el-muted">Error: {safe(trace.error)}</p>'
+    return (
+        f'<div class="el-stats"><div class="el-kpis">{"".join(kpis)}</div>'
+        + (f"<div>{chips}</div>" if chips else "")
+        + f'<table class="el-table">{head}{body}</table>'
+        + (f'<p class="el-muted">{"; ".join(extra)}</p>' if extra else "")
+        + notes
+        + "</div>"
+    )
+
+
+# -- comparing runs ------------------------------------------------------------------------------------------
+def compare_frame(traces: dict[str, RunTrace]) -> pd.DataFrame:
+    """One row per run: label, method, models, tokens, E/T, latency, tokens/s, first token, decision counts."""
+    present = _ordered_decisions({d: 1 for t in traces.values() for d in rd.mapping(t.stats.decisions)})
+    rows = []
+    for name, trace in traces.items():
+        s = trace.stats
+        decisions = rd.mapping(s.decisions)
+        row = {
+            "label": name,
+            "method": trace.method,
+            "models": ", ".join(map(str, trace.models)),
+            "tokens": s.generated_tokens,
+            "E/T": s.et_ratio,
+            "latency (s)": s.latency_s,
+            "tokens/s": s.tokens_per_s,
+            "first token (s)": s.first_token_s,
+        }
+        row.update({d: decisions.get(d, 0) for d in present})
+        rows.append(row)
+    columns = ["label", "method", "models", "tokens", "E/T", "latency (s)", "tokens/s", "first token (s)", *present]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def compare_figure(traces: dict[str, RunTrace]) -> go.Figure | None:
+    """Latency and E/T per run, two bar subplots (one trace each); None for no runs."""
+    if not traces:
+        return None
+    names = unique([label(n, glyphs=False) for n in traces])
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["latency (s)", "E/T (ensemble steps per token)"], horizontal_spacing=0.15)
+    for col, (metric, values) in enumerate(
+        [("latency (s)", [t.stats.latency_s for t in traces.values()]), ("E/T", [t.stats.et_ratio for t in traces.values()])], start=1
+    ):
+        hover = [
+            hover_table(
+                [
+                    ("run", name),
+                    ("method", label(t.method, glyphs=False)),
+                    ("models", label(", ".join(map(str, t.models)), 60, glyphs=False)),
+                    ("tokens", safe(t.stats.generated_tokens)),
+                    (metric, safe(v)),
+                ]
+            )
+            for name, t, v in zip(names, traces.values(), values)
+        ]
+        fig.add_trace(
+            go.Bar(
+                x=names,
+                y=[rd.number(v) for v in values],
+                name=metric,
+                marker_color="#0072B2" if col == 1 else "#CC79A7",
+                customdata=hover,
+                hovertemplate="%{customdata}<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
+    fig.update_yaxes(rangemode="tozero")
+    return style(fig, 340, "Runs compared")

@@ -1,0 +1,144 @@
+"""The annotated token strip: the response text with one coloured span per token, streamed append-only.
+
+One ``<span class="el-tok DECISION" data-i=N title=...>`` per token group: byte tokens that together make one
+character share that character's span in the trace and are drawn once (a character is never split), and a
+record that adds no text (a control token) is drawn as a small marker, and the end of sequence (the last,
+zero-width ``<eos>`` record of a run that stopped by itself) as an end marker. The app wraps the chunks in its
+own container (``<div class="el-strip">``) and handles clicks through ``data-i``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ensemble.keys import display_key
+from ensemble.trace import RunTrace, TokenRecord
+
+from . import records as rd
+from .escape import safe, whitespace
+from .style import DECISION_LABELS, END_MARKER, model_class
+
+ZERO_WIDTH_MARKER = "◦"
+
+
+def token_groups(tokens: list[TokenRecord]) -> list[list[TokenRecord]]:
+    """Consecutive records with the same non-empty span (byte tokens of one character) form one group."""
+    groups: list[list[TokenRecord]] = []
+    for record in tokens:
+        last = groups[-1][0] if groups else None
+        if last is not None and record.start < record.end and (last.start, last.end) == (record.start, record.end):
+            groups[-1].append(record)
+        else:
+            groups.append([record])
+    return groups
+
+
+def group_of(tokens: list[TokenRecord], position: int) -> list[TokenRecord]:
+    """The group that holds ``tokens[position]``."""
+    for group in token_groups(tokens):
+        if any(r is tokens[position] for r in group):
+            return group
+    return [tokens[position]]
+
+
+def _fmt(p) -> str:
+    return f"{p:.2f}" if isinstance(p, int | float) else "?"
+
+
+def _is_byte_piece(record: TokenRecord, piece: str) -> bool:
+    return record.start < record.end and "<0x" in record.text and record.text != piece
+
+
+def token_summary(record: TokenRecord, piece: str | None = None, text_len: int | None = None) -> str:
+    """A one-line plain-text summary of a record (the strip's tooltip; escape it before use).
+
+    Args:
+        text_len: length of the response (so far); tells the end of sequence from a control token.
+    """
+    d = rd.mapping(record.details)
+    head = f"#{record.index} {DECISION_LABELS.get(record.decision, record.decision)}"
+    parts = [head]
+    if record.condition:
+        parts.append(str(record.condition))
+    parts.append(str(record.model))
+    if record.decision == "oov_blocked" and rd.names(d.get("blocked_by")):
+        parts.append("no token edge in " + ", ".join(rd.names(d.get("blocked_by"))))
+    elif record.decision == "consensus" and "mean_prob" in d:
+        parts.append(f"mean p {_fmt(d['mean_prob'])}")
+    elif record.decision == "ensembled_replaced" and record.fusion is not None:
+        parts.append(f"draft {record.fusion.draft!r} → {record.fusion.choice!r}")
+    elif record.decision in ("ensembled_kept", "fused") and record.fusion is not None:
+        parts.append(f"fused choice {record.fusion.choice!r}")
+    elif record.decision == "gated" and "primary_top" in d:
+        parts.append(f"top p {_fmt(d['primary_top'])} > gate {_fmt(d.get('gate'))}")
+    elif record.decision == "segment" and record.round is not None:
+        parts.append(f"round {record.round}")
+    elif top := rd.pairs(record.topk):
+        parts.append(f"p {_fmt(top[0][1])}" if top[0][0] == record.text else "")
+    if text_len is not None and rd.is_end(record, text_len):
+        parts.append("end of the answer (end-of-sequence token)")
+    elif record.start == record.end:
+        parts.append(f"adds no text ({display_key(record.text) or 'control token'})")
+    elif piece is not None and _is_byte_piece(record, piece):
+        parts.append("byte tokens of one character")
+    return " · ".join(p for p in parts if p)
+
+
+class StripBuilder:
+    """Builds the strip chunk by chunk while a run streams.
+
+    Args:
+        method: the run's method (``trace.method``).
+        models: the run's models (``trace.models``), for the ``model-N`` classes of SpecEM.
+        show_whitespace: draw spaces, tabs and newlines as ``·``, ``→``, ``↵``.
+
+    :meth:`add` returns only the HTML of the new records, so ``"".join`` of every chunk equals
+    :func:`strip_html` of the finished trace, however the records were batched.
+    """
+
+    def __init__(self, method: str, models: list[str], show_whitespace: bool = True):
+        self.method = method
+        self.models = list(models)
+        self.show_whitespace = show_whitespace
+        self._last_span: tuple[int, int] | None = None
+        self._last_round: int | None = None
+
+    def add(self, records: Iterable[TokenRecord], text: str) -> str:
+        """HTML for ``records`` (new TokenRecords, in order); ``text`` is the response so far."""
+        parts = []
+        for record in records:
+            span = (record.start, record.end)
+            if record.start < record.end and span == self._last_span:
+                continue  # one more byte token of the character already drawn
+            parts.append(self._render(record, text))
+            if record.start < record.end:
+                self._last_span = span
+        return "".join(parts)
+
+    def _render(self, record: TokenRecord, text: str) -> str:
+        classes = ["el-tok", record.decision]
+        if self.method == "specem" or record.decision == "segment":
+            classes.append(model_class(self.models, record.model))
+        if record.round is not None and record.round != self._last_round:
+            if self._last_round is not None:
+                classes.append("round-start")
+            self._last_round = record.round
+        piece = text[record.start : record.end]
+        if rd.is_end(record, len(text)):
+            classes += ["zw", "eos"]
+            body = END_MARKER
+        elif record.start == record.end:
+            classes.append("zw")
+            body = ZERO_WIDTH_MARKER
+        else:
+            if _is_byte_piece(record, piece):
+                classes.append("bytes")
+            body = whitespace(piece, self.show_whitespace)
+        title = token_summary(record, piece, len(text))
+        cls = " ".join(safe(c) for c in classes if c)
+        return f'<span class="{cls}" data-i="{int(record.index)}" title="{safe(title)}">{body}</span>'
+
+
+def strip_html(trace: RunTrace, show_whitespace: bool = True) -> str:
+    """The whole strip of a finished (or replayed) trace."""
+    return StripBuilder(trace.method, trace.models, show_whitespace).add(trace.tokens, trace.text)

@@ -1,0 +1,180 @@
+"""Colours, labels, the app's stylesheet and the legend.
+
+The palette is Okabe-Ito (distinguishable with the common colour-vision deficiencies). Decisions are also
+told apart by the style of their underline, so colour is never the only cue. Backgrounds are translucent
+tints, so text keeps the theme's own colour on light and dark themes alike.
+"""
+
+from __future__ import annotations
+
+from .escape import safe
+
+# decision -> (solid colour, underline style, short label, one-line description)
+DECISION_STYLE: dict[str, tuple[str, str, str, str]] = {
+    "drafter": ("#8C8C8C", "dotted", "drafter only", "the drafter's (or single model's) own token, nothing checked"),
+    "consensus": ("#56B4E9", "solid", "consensus", "the verifiers agree with the draft (unanimous or confident): no fusion"),
+    "oov_blocked": ("#E69F00", "dashed", "blocked: tokenizer mismatch", "a verifier has no token edge here: fusing would feed it a prefix it never produces"),
+    "ensembled_kept": ("#009E73", "solid", "ensembled, draft kept", "the models disagreed, were fused, and the fused choice is the draft token"),
+    "ensembled_replaced": ("#D55E00", "double", "ensembled, draft replaced", "the models disagreed and the fused choice replaced the draft token"),
+    "fused": ("#CC79A7", "solid", "fused (every token)", "every-token fusion (UniTE / GaC) chose this token"),
+    "gated": ("#0072B2", "dotted", "GaC gate: primary confident", "the primary model's top probability is above the gate: no fusion"),
+    "segment": ("#999999", "solid", "SpecEM segment", "part of the winning segment of a round"),
+}
+DECISION_LABELS = {d: style[2] for d, style in DECISION_STYLE.items()}
+END_MARKER = "⏹ end"  # how the strip draws the end-of-sequence record
+
+# One colour per model for SpecEM (classes model-0, model-1, ... in the order of trace.models).
+MODEL_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#999999")
+MODEL_CLASSES = 16  # CSS exists for model-0 .. model-15; colours repeat with another underline after 8
+
+METHOD_DECISIONS: dict[str, tuple[str, ...]] = {
+    "single": ("drafter",),
+    "safe": ("consensus", "oov_blocked", "ensembled_kept", "ensembled_replaced", "drafter"),
+    "unite": ("fused",),
+    "gac": ("fused", "gated"),
+    "specem": ("segment",),
+}
+
+
+def model_colour(i: int) -> str:
+    return MODEL_COLOURS[i % len(MODEL_COLOURS)]
+
+
+def model_class(models: list[str], name: str) -> str:
+    """``model-N`` for a model of the trace, "" for a name that is not one (e.g. ``ensemble``)."""
+    return f"model-{models.index(name)}" if name in models else ""
+
+
+def _tint(colour: str, alpha: float) -> str:
+    r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r}, {g}, {b}, {alpha})"
+
+
+def _mark_rules(cls: str, colour: str, underline: str) -> str:
+    width = "3px" if underline == "double" else "2px"
+    return (
+        f".el-tok.{cls}, .el-swatch.{cls}, .el-chip.{cls} "
+        f"{{ background: {_tint(colour, 0.24)}; border-bottom: {width} {underline} {colour}; }}\n"
+        f".el-box.{cls} {{ background-color: {_tint(colour, 0.22)}; }}\n"
+    )
+
+
+def _build_css() -> str:
+    rules = [
+        """/* Ensemble Lens: pass to launch(css=...). */
+:root {
+  --el-line: rgba(128, 128, 128, 0.45);
+  --el-faint: rgba(128, 128, 128, 0.12);
+  --el-sep: rgba(128, 128, 128, 0.5);
+  --el-shared: #009E73;
+  --el-missing: #D55E00;
+  --el-decision: #CC79A7;
+  --el-mono: ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberation Mono", monospace;
+}
+.el-strip { line-height: 1.95; font-size: 15px; overflow-wrap: anywhere; }
+.el-tok { white-space: pre-wrap; border-radius: 3px; padding: 1px 0; cursor: pointer;
+  box-shadow: inset -1px 0 0 var(--el-sep);
+  -webkit-box-decoration-break: clone; box-decoration-break: clone; }
+.el-tok:hover, .el-tok.selected, .el-tok.el-selected { outline: 2px solid currentColor; outline-offset: 0; }
+.el-tok.round-start { box-shadow: inset -1px 0 0 var(--el-sep), inset 2px 0 0 var(--el-line); }
+.el-tok.zw { font-size: 0.7em; vertical-align: super; padding: 0 1px; opacity: 0.85; }
+.el-tok.eos { vertical-align: baseline; white-space: nowrap; padding: 0 5px; margin-left: 4px; border-radius: 8px;
+  font-weight: 600; letter-spacing: 0.02em; opacity: 1; }
+.el-tok.bytes { text-decoration: underline wavy var(--el-line); }
+.ws { opacity: 0.45; }
+.el-legend { display: flex; flex-wrap: wrap; gap: 6px 16px; align-items: center; font-size: 13px; margin: 4px 0; }
+.el-legend-item { display: inline-flex; gap: 6px; align-items: center; }
+.el-swatch { display: inline-block; min-width: 2.2em; text-align: center; border-radius: 3px;
+  font-family: var(--el-mono); font-size: 12px; line-height: 1.5; }
+.el-chip { display: inline-block; border-radius: 3px; padding: 0 6px; margin: 2px 4px 2px 0; font-size: 13px; }
+.el-explain { line-height: 1.6; }
+.el-explain p { margin: 0.35em 0; }
+.el-explain .el-muted, .el-muted { opacity: 0.7; font-size: 0.92em; }
+.el-key { font-family: var(--el-mono); background: var(--el-faint); border-radius: 3px; padding: 0 3px;
+  white-space: pre-wrap; }
+.el-grid-wrap { overflow-x: auto; padding-bottom: 4px; }
+.el-grid-block { display: grid; row-gap: 3px; column-gap: 3px; margin: 0 0 10px 0; font-family: var(--el-mono);
+  font-size: 14px; line-height: 1.6; width: max-content; }
+.el-grid-label { grid-column: 1; padding-right: 10px; font-size: 12px; opacity: 0.8; white-space: nowrap;
+  align-self: center; }
+.el-axis { white-space: pre; opacity: 0.75; border-bottom: 1px solid var(--el-line); }
+.el-box { white-space: pre; box-shadow: inset 0 0 0 1px var(--el-sep); border-radius: 3px;
+  background-color: var(--el-faint); min-height: 1.6em; }
+.el-box.alt { background-image: linear-gradient(rgba(128, 128, 128, 0.2), rgba(128, 128, 128, 0.2)); }
+.el-box.unknown { background: none; box-shadow: none; border-bottom: 1px dotted var(--el-line); }
+.el-box.bytes { text-decoration: underline wavy var(--el-line); }
+.el-box.el-current { outline: 2px solid currentColor; outline-offset: -1px; }
+.el-box.incomplete { background-image: repeating-linear-gradient(135deg, transparent 0 4px, var(--el-faint) 4px 8px); }
+/* Edges sit in the middle of the 3px column gap after the segment they close. */
+.el-edge { pointer-events: none; justify-self: end; width: 2px; margin-right: -2.5px; z-index: 1; }
+.el-edge.shared { background: var(--el-shared); opacity: 0.6; width: 1px; margin-right: -2px; }
+.el-edge.missing { background: repeating-linear-gradient(to bottom, var(--el-missing) 0 4px, transparent 4px 7px); }
+.el-edge.decision { background: var(--el-decision); width: 3px; margin-right: -3px; }
+.el-edge.start { justify-self: start; margin-right: 0; margin-left: -3px; }
+.el-grid-key { font-size: 12px; opacity: 0.85; margin: 4px 0; }
+.el-grid-key .el-edge-sample { display: inline-block; width: 3px; height: 1em; vertical-align: middle; margin: 0 4px 0 10px; }
+.el-edge-sample.shared { background: var(--el-shared); }
+.el-edge-sample.missing { background: repeating-linear-gradient(to bottom, var(--el-missing) 0 3px, transparent 3px 5px); }
+.el-edge-sample.decision { background: var(--el-decision); }
+.el-header { display: flex; flex-wrap: wrap; gap: 8px 18px; align-items: baseline; margin: 4px 0 8px; }
+.el-big { font-size: 1.4em; font-weight: 600; }
+.el-rounds { display: flex; flex-direction: column; gap: 10px; }
+.el-round { border: 1px solid var(--el-line); border-radius: 6px; padding: 6px 10px; }
+.el-round-head { display: flex; flex-wrap: wrap; gap: 4px 14px; font-size: 13px; margin-bottom: 4px; }
+.el-cand { display: grid; grid-template-columns: minmax(7em, max-content) 1fr repeat(3, max-content); gap: 2px 12px;
+  align-items: baseline; padding: 2px 4px; border-radius: 4px; }
+.el-cand.winner { outline: 2px solid var(--el-shared); background: var(--el-faint); }
+.el-cand-text { white-space: pre-wrap; font-family: var(--el-mono); font-size: 13px; overflow-wrap: anywhere; }
+.el-num { font-variant-numeric: tabular-nums; font-size: 13px; white-space: nowrap; }
+.el-stats { display: flex; flex-direction: column; align-items: flex-start; gap: 8px; }
+.el-kpis { display: flex; flex-wrap: wrap; gap: 8px 22px; }
+.el-kpi { display: flex; flex-direction: column; }
+.el-kpi-label { font-size: 12px; opacity: 0.75; }
+.el-table { border-collapse: collapse; font-size: 13px; }
+.el-table th, .el-table td { border-bottom: 1px solid var(--el-line); padding: 3px 10px; text-align: left; }
+.el-table td.el-num, .el-table th.el-num { text-align: right; }
+.el-error { border: 1px solid #D55E00; border-left-width: 4px; border-radius: 4px; padding: 6px 10px; margin: 4px 0; }
+.el-compare { display: grid; grid-template-columns: repeat(auto-fit, minmax(280px, 1fr)); gap: 10px; }
+.el-compare-card { border: 1px solid var(--el-line); border-radius: 6px; padding: 6px 10px; min-width: 0; }
+.el-compare-card h4 { margin: 2px 0 4px; }
+"""
+    ]
+    for decision, (colour, underline, _, _) in DECISION_STYLE.items():
+        if decision != "segment":
+            rules.append(_mark_rules(decision, colour, underline))
+    rules.append(_mark_rules("segment", DECISION_STYLE["segment"][0], "solid"))
+    for i in range(MODEL_CLASSES):
+        # model-N after the decision rules: a SpecEM token shows its winning model's colour
+        rules.append(_mark_rules(f"model-{i}", model_colour(i), "solid" if i < len(MODEL_COLOURS) else "dashed"))
+    rules.append(".dark .ws, .dark .el-axis { opacity: 0.6; }\n")
+    return "".join(rules)
+
+
+CSS: str = _build_css()
+"""The stylesheet for ``launch(css=CSS)`` (also inlined in the evaluation report)."""
+
+
+def swatch(cls: str, sample: str = "Ab") -> str:
+    return f'<span class="el-swatch {safe(cls)}">{safe(sample)}</span>'
+
+
+def legend_html(method: str, models: list[str]) -> str:
+    """One swatch per decision ``method`` can produce; for SpecEM one per model (``model-N``)."""
+    items = []
+    if method == "specem":
+        for i, name in enumerate(models):
+            items.append((f"model-{i}", f"segment of {name}", f"{name}'s segment won the round"))
+    else:
+        decisions = METHOD_DECISIONS.get(method, tuple(d for d in DECISION_STYLE if d != "segment"))
+        for decision in decisions:
+            _, _, label, description = DECISION_STYLE[decision]
+            items.append((decision, label, description))
+    parts = [
+        f'<span class="el-legend-item" title="{safe(description)}">{swatch(cls)}<span>{safe(label)}</span></span>'
+        for cls, label, description in items
+    ]
+    parts.append(
+        '<span class="el-legend-item el-muted" title="the end-of-sequence token, coloured by the decision that accepted it">'
+        f"{safe(END_MARKER)}: the answer ended by itself</span>"
+    )
+    return f'<div class="el-legend">{"".join(parts)}</div>'
