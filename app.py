@@ -163,20 +163,28 @@ def _final_views(trace: RunTrace):
         visual.rounds_html(trace) if specem else "",
         visual.score_heatmap(trace, len(trace.rounds) - 1) if specem else None,
         visual.weights_figure(trace) if specem else None,
-        gr.update(maximum=max(1, len(trace.rounds) - 1), value=max(0, len(trace.rounds) - 1), visible=bool(specem)),
+        gr.update(maximum=max(1, len(trace.rounds) - 1), value=max(0, len(trace.rounds) - 1)),
+        gr.update(visible=bool(specem)),
     )
 
 
 # -- run tab ---------------------------------------------------------------------------------------------------
 @gpu
-def run_stream(prompt, method, model_names, drafter, *settings_values, request: gr.Request = None, progress=gr.Progress()):
+def run_stream(
+    prompt, method, model_names, drafter,
+    max_new_tokens, temperature, top_p, seed, top_k, sharpen, sharpen_lambda, gac_gate,
+    lookahead, fusion, segment_len, eta, scoring,
+    request: gr.Request, progress=gr.Progress(),
+):
     """Stream one run: the strip grows append-only, the other views fill in at the end."""
+    settings_values = (max_new_tokens, temperature, top_p, seed, top_k, sharpen, sharpen_lambda, gac_gate,
+                       lookahead, fusion, segment_len, eta, scoring)
     session = SESSIONS.get(_session(request))
     cancel = session["cancel"]
     cancel.clear()
     # Every yield sends the whole view; Gradio diffs it against the last one, so unchanged outputs cost
     # nothing and the strip, which only ever grows, goes out as an "append" of its new tokens.
-    view = ["", "Loading models…", "", "", None, "", None, None, gr.update(visible=False, value=0)]
+    view = ["", "Loading models…", "", "", None, "", None, None, gr.update(value=0), gr.update(visible=False)]
     try:
         if prompt is not None and len(prompt) > MAX_PROMPT_CHARS * 4:
             raise InputError(f"The prompt has {len(prompt):,} characters; paste at most {MAX_PROMPT_CHARS:,}.")
@@ -230,14 +238,15 @@ def run_stream(prompt, method, model_names, drafter, *settings_values, request: 
     yield (view[0], done, *_final_views(trace))
 
 
-def stop_run(request: gr.Request = None):
+def stop_run(request: gr.Request):
     SESSIONS.get(_session(request))["cancel"].set()
     return "Stopping…"
 
 
 def inspect(request: gr.Request, evt: gr.EventData):
     trace = SESSIONS.trace(_session(request))
-    index = getattr(evt, "index", None)
+    data = getattr(evt, "_data", None)  # what the strip's click handler passed to trigger('click', {...})
+    index = data.get("index") if isinstance(data, dict) else None
     if trace is None or not isinstance(index, int) or not 0 <= index < len(trace.tokens):
         return "<p>Run the ensemble or load a trace, then click a token.</p>", "", None, None, None
     return (
@@ -249,7 +258,7 @@ def inspect(request: gr.Request, evt: gr.EventData):
     )
 
 
-def show_round(round_index, request: gr.Request = None):
+def show_round(round_index, request: gr.Request):
     trace = SESSIONS.trace(_session(request))
     if trace is None or not trace.rounds:
         return None
@@ -273,7 +282,7 @@ def tokenize_view(text, model_names, show_whitespace):
 
 # -- compare tab ----------------------------------------------------------------------------------------------
 @gpu
-def compare_stream(prompt, methods, model_names, max_new_tokens, request: gr.Request = None, progress=gr.Progress()):
+def compare_stream(prompt, methods, model_names, max_new_tokens, request: gr.Request, progress=gr.Progress()):
     try:
         prompt, _ = clean_prompt(prompt)
         methods = [m for m in (methods or []) if m in METHODS]
@@ -315,7 +324,7 @@ def _compare_html(traces: dict[str, RunTrace]) -> str:
 
 
 # -- trace tab ------------------------------------------------------------------------------------------------
-def export_trace(request: gr.Request = None):
+def export_trace(request: gr.Request):
     trace = SESSIONS.trace(_session(request))
     if trace is None:
         raise gr.Error("Nothing to export yet: run the ensemble or load a trace first.")
@@ -333,9 +342,9 @@ def export_trace(request: gr.Request = None):
     return str(json_path), str(csv_path)
 
 
-def import_trace(file, request: gr.Request = None):
+def import_trace(file, request: gr.Request):
     """Replay an uploaded trace in every view; the file is JSON only, schema- and size-checked."""
-    nothing = (gr.skip(),) * 9
+    nothing = (gr.skip(),) * 10
     if file is None:
         return ("", "Choose a JSON trace file.", *nothing[2:])
     path = Path(file if isinstance(file, str) else getattr(file, "name", ""))
@@ -417,17 +426,20 @@ def build_app() -> gr.Blocks:
         gr.Markdown(INTRO)
         with gr.Tabs():
             with gr.Tab("Run", id="run"):
+                method = gr.Radio(METHOD_CHOICES, value="safe", label="Method", elem_id="method", render=False)
                 with gr.Row():
                     with gr.Column(scale=3):
                         prompt = gr.Textbox(label="Prompt", lines=3, max_lines=12, placeholder="Ask something…", elem_id="prompt")
+                        with gr.Accordion("Examples: names, numbers, math, code, other languages", open=False):
+                            gr.Examples(EXAMPLES, inputs=[prompt, method], cache_examples=False)
                     with gr.Column(scale=2):
-                        method = gr.Radio(METHOD_CHOICES, value="safe", label="Method", elem_id="method")
-                with gr.Row():
-                    model_box = gr.CheckboxGroup(MODEL_CHOICES, value=list(DEFAULT_MODELS), label="Models", elem_id="models")
-                    drafter = gr.Dropdown(list(DEFAULT_MODELS), value="qwen", label="SAFE drafter", elem_id="drafter")
+                        method.render()
+                        with gr.Row():
+                            model_box = gr.CheckboxGroup(MODEL_CHOICES, value=list(DEFAULT_MODELS), label="Models", elem_id="models")
+                            drafter = gr.Dropdown(list(DEFAULT_MODELS), value="qwen", label="SAFE drafter", elem_id="drafter")
                 with gr.Accordion("Engine settings", open=False):
                     with gr.Row():
-                        max_new_tokens = gr.Slider(1, 1024, value=96, step=1, label="Max new tokens")
+                        max_new_tokens = gr.Slider(1, 1024, value=96, step=1, label="Max new tokens", elem_id="max-tokens")
                         temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
                         top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
                         seed = gr.Number(value=0, precision=0, label="Seed")
@@ -445,7 +457,6 @@ def build_app() -> gr.Blocks:
                 with gr.Row():
                     run_button = gr.Button("Run", variant="primary", elem_id="run-button")
                     stop_button = gr.Button("Stop", variant="stop", elem_id="stop-button")
-                gr.Examples(EXAMPLES, inputs=[prompt, method], cache_examples=False, label="Examples")
                 status = gr.Markdown(elem_id="status")
                 legend = gr.HTML(elem_id="legend")
                 strip = gr.HTML(value="", elem_id="strip", elem_classes=["el-strip"], js_on_load=STRIP_JS)
@@ -458,9 +469,10 @@ def build_app() -> gr.Blocks:
                         fusion_plot = gr.Plot(label="Fused distribution: before / after sharpening", elem_id="fusion-plot")
                 with gr.Accordion("Raw record (JSON)", open=False):
                     record_json = gr.JSON(elem_id="record-json")
-                with gr.Accordion("SpecEM rounds", open=True):
+                with gr.Column(visible=False) as specem_view:
+                    gr.Markdown("### SpecEM rounds")
                     rounds = gr.HTML(elem_id="rounds")
-                    round_slider = gr.Slider(0, 1, value=0, step=1, label="Round", visible=False)
+                    round_slider = gr.Slider(0, 1, value=0, step=1, label="Round", elem_id="round-slider")
                     with gr.Row():
                         heatmap = gr.Plot(label="Verifier × candidate scores", elem_id="heatmap")
                         weights_plot = gr.Plot(label="Model weights over rounds", elem_id="weights")
@@ -482,11 +494,11 @@ def build_app() -> gr.Blocks:
 
             with gr.Tab("Compare", id="compare"):
                 with gr.Row():
-                    cmp_prompt = gr.Textbox(label="Prompt", lines=2, value=EXAMPLES[1][0])
+                    cmp_prompt = gr.Textbox(label="Prompt", lines=2, value=EXAMPLES[1][0], elem_id="cmp-prompt")
                     with gr.Column():
                         cmp_methods = gr.CheckboxGroup(METHOD_CHOICES, value=["unite", "safe"], label="Methods (2-4)")
                         cmp_models = gr.CheckboxGroup(MODEL_CHOICES, value=list(DEFAULT_MODELS), label="Models")
-                        cmp_tokens = gr.Slider(8, 512, value=64, step=8, label="Max new tokens")
+                        cmp_tokens = gr.Slider(8, 512, value=64, step=4, label="Max new tokens", elem_id="cmp-tokens")
                         cmp_button = gr.Button("Compare", variant="primary", elem_id="cmp-button")
                 cmp_view = gr.HTML(elem_id="cmp-view")
                 cmp_table = gr.Dataframe(label="Stats", elem_id="cmp-table")
@@ -513,8 +525,8 @@ def build_app() -> gr.Blocks:
 
         settings_inputs = [max_new_tokens, temperature, top_p, seed, top_k, sharpen, sharpen_lambda, gac_gate,
                            lookahead, fusion, segment_len, eta, scoring]
-        run_outputs = [strip, status, legend, stats, token_table, rounds, heatmap, weights_plot, round_slider]
-        run_event = run_button.click(
+        run_outputs = [strip, status, legend, stats, token_table, rounds, heatmap, weights_plot, round_slider, specem_view]
+        run_button.click(
             run_stream,
             inputs=[prompt, method, model_box, drafter, *settings_inputs],
             outputs=run_outputs,
@@ -529,7 +541,9 @@ def build_app() -> gr.Blocks:
             concurrency_id="engine",
             api_visibility="private",
         )
-        stop_button.click(stop_run, outputs=[status], cancels=[run_event], queue=False, api_visibility="private")
+        # Stop sets the session's flag (outside the queue, so it runs at once); the engine checks it before every
+        # forward pass and ends the run cleanly, so the partial trace stays complete and the worker is free.
+        stop_button.click(stop_run, outputs=[status], queue=False, api_visibility="private")
         strip.click(
             inspect, outputs=[explanation, tokenization, topk_plot, fusion_plot, record_json],
             concurrency_limit=None, api_visibility="private",

@@ -8,6 +8,7 @@ longest prefix it still shares with the ids (``cache.crop(-n)``) and runs one fo
 
 from __future__ import annotations
 
+import threading
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from .errors import Cancelled
 from .keys import EOS_KEY, Spans, key_to_bytes
 from .registry import LoadedModel
 
@@ -46,6 +48,7 @@ class ModelAdapter:
         self.model = loaded.model
         self.device = torch.device(loaded.device)
         self.stats = ForwardStats()
+        self.cancel: threading.Event | None = None  # set by the run: checked before every forward pass
         self.prompt_ids: list[int] = []
         self._reset_response()
 
@@ -240,6 +243,8 @@ class ModelAdapter:
         """
         self._truncate(context)
         first = self.next_logits().float()
+        if self.cancel is not None and self.cancel.is_set():
+            raise Cancelled("Stopped by the user.")
         first_logp = torch.log_softmax(first, dim=-1)
         flat = [t for block in blocks for t in block]
         if not flat:
@@ -307,32 +312,42 @@ class ModelAdapter:
 
     # -- running the model ------------------------------------------------------------------------------
     @torch.inference_mode()
-    def _run(self, extra: Sequence[int] = (), rows: int = 1) -> torch.Tensor:
-        """Logits (float32, ``[rows, vocab]``) at the last ``rows`` positions of prompt + ids + extra.
-
-        Only positions not already in the cache (or needed as rows) are computed.
-        """
+    def _run(self, extra: Sequence[int] = (), rows: int = 1, positions: Sequence[int] | None = None) -> torch.Tensor:
+        """Logits (float32) at the last ``rows`` positions of prompt + ids + extra, or at ``positions``
+        (absolute, sorted) when given: one row per position. Only what is not cached is computed, and the
+        output layer runs only for the wanted rows (that layer dominates for a 262k vocabulary)."""
         full_len = self.prompt_len + len(self.ids) + len(extra)
-        rows = max(1, min(rows, full_len))
+        if positions is None:
+            rows = max(1, min(rows, full_len))
+            positions = range(full_len - rows, full_len)
+        positions = list(positions)
         cached = len(self.cache_ids)
-        if rows == 1 and not extra and self._valid == full_len == cached and self._last_logits is not None:
+        last = full_len - 1
+        if positions == [last] and not extra and self._valid == full_len == cached and self._last_logits is not None:
             return self._last_logits[None]
-        start = min(self._valid, full_len - rows)
+        if self.cancel is not None and self.cancel.is_set():
+            raise Cancelled("Stopped by the user.")
+        start = min(self._valid, positions[0], last)
         if start < cached:
             self.cache.crop(start - cached)
             del self.cache_ids[start:]
         full = self.prompt_ids + self.ids + list(extra)
         new = full[start:]
+        keep = [p - start for p in positions]
+        if keep == list(range(len(new) - len(keep), len(new))):
+            to_keep: int | torch.Tensor = len(keep)  # a tail: the model's fast path
+        else:
+            to_keep = torch.tensor(keep, dtype=torch.long, device=self.device)
         t0 = time.perf_counter()
         input_ids = torch.tensor([new], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, logits_to_keep=rows)
-        logits = out.logits[0, -rows:].float()
+        out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, logits_to_keep=to_keep)
+        logits = out.logits[0, -len(keep) :].float()
         self.stats.seconds += time.perf_counter() - t0
         self.stats.passes += 1
         self.stats.tokens += len(new)
         self.cache_ids.extend(new)
         self._valid = self.prompt_len + len(self.ids)
-        self._last_logits = logits[-1]
+        self._last_logits = logits[-1] if positions[-1] == last else None
         return logits
 
     def next_logits(self) -> torch.Tensor:
@@ -343,23 +358,34 @@ class ModelAdapter:
         """Logits before each of ``extra`` and after the last: ``[len(extra) + 1, vocab]``, one pass."""
         return self._run(extra, rows=len(extra) + 1)
 
-    def distributions_from(self, offset: int) -> list[tuple[int, int | None, torch.Tensor]]:
-        """For every boundary of this model's tokens at or after character ``offset``: the boundary, the
-        token this model has there (None at the end of the text) and its next-token logits, in one pass."""
-        i0 = len(self.ids)
-        for i in range(len(self.ids) - 1, -1, -1):
-            start = self.token_start(i)
+    def boundaries_from(self, offset: int) -> dict[int, int | None]:
+        """This model's token edges at or after character ``offset``: edge -> index of the token starting
+        there (None for the end of the text). No model call."""
+        out: dict[int, int | None] = {}
+        i = len(self.ids)
+        while i > 0:
+            start = self.token_start(i - 1)
             if start is not None and start < offset:
                 break
-            i0 = i
-        rows = self._run(rows=len(self.ids) - i0 + 1)
-        out: list[tuple[int, int | None, torch.Tensor]] = []
-        for r, i in enumerate(range(i0, len(self.ids) + 1)):
-            start = self.token_start(i) if i < len(self.ids) else len(self.text)
-            if start is None or start < offset or (out and out[-1][0] == start):
-                continue  # inside a character, before the offset, or a zero-width token at the same edge
-            out.append((start, self.ids[i] if i < len(self.ids) else None, rows[r]))
+            i -= 1
+        for j in range(i, len(self.ids)):
+            start = self.token_start(j)
+            if start is not None and start >= offset and start not in out:
+                out[start] = j
+        if not self.pending and len(self.text) >= offset:
+            out.setdefault(len(self.text), None)
         return out
+
+    def distributions_from(self, offset: int, wanted: set[int] | None = None) -> list[tuple[int, int | None, torch.Tensor]]:
+        """For every boundary of this model's tokens at or after character ``offset`` (only those in ``wanted``
+        when given): the boundary, the token this model has there (None at the end of the text) and its
+        next-token logits, all from one forward pass."""
+        edges = [(b, i) for b, i in self.boundaries_from(offset).items() if wanted is None or b in wanted]
+        if not edges:
+            return []
+        positions = [self.prompt_len + (len(self.ids) if i is None else i) - 1 for _, i in edges]
+        rows = self._run(positions=positions)
+        return [(b, None if i is None else self.ids[i], rows[r]) for r, (b, i) in enumerate(edges)]
 
     def draft(self, n: int, choose: Callable[[torch.Tensor], int]) -> list[tuple[int, torch.Tensor]]:
         """Generate up to ``n`` tokens from the current state; returns (token id, logits it was chosen from).

@@ -71,7 +71,7 @@ def _build_css() -> str:
   --el-decision: #CC79A7;
   --el-mono: ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberation Mono", monospace;
 }
-.el-strip { line-height: 1.95; font-size: 15px; overflow-wrap: anywhere; }
+.el-strip { line-height: 2.0; font-size: 17px; overflow-wrap: anywhere; }
 .el-tok { white-space: pre-wrap; border-radius: 3px; padding: 1px 0; cursor: pointer;
   box-shadow: inset -1px 0 0 var(--el-sep);
   -webkit-box-decoration-break: clone; box-decoration-break: clone; }

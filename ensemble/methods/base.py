@@ -130,6 +130,7 @@ class Run:
         self._trim_prompt()
         for adapter in adapters:
             adapter.reset_stats()
+            adapter.cancel = self.cancel
             adapter.start(self.prompt)
 
     # -- prompt -----------------------------------------------------------------------------------------

@@ -74,7 +74,12 @@ def run_safe(run: Run) -> Iterator:
                 v.restore(drafter.ids)  # same tokenizer: condition on the drafter's very tokens
             else:
                 v.sync(run.text + draft_text)
-            at_edge[v.name] = {b: (tok, row) for b, tok, row in v.distributions_from(base)}
+        # Only boundaries that every verifier shares with the drafter can be decided by distributions.
+        wanted = {drafter.token_start(first + j) for j in range(len(draft))}
+        for v in verifiers:
+            wanted &= set(v.boundaries_from(base))
+        for v in verifiers:
+            at_edge[v.name] = {b: (tok, row) for b, tok, row in v.distributions_from(base, wanted)}
         t2 = time.perf_counter()
         decisions: list[dict] = []
         replacement: tuple[int, str, object] | None = None
@@ -89,7 +94,7 @@ def run_safe(run: Run) -> Iterator:
             if is_control(key) and key != EOS_KEY:
                 info["details"] = {"control_token": True}
             elif verifiers:
-                blocked = [v for v in verifiers if boundary is None or boundary not in at_edge[v.name]]
+                blocked = [v for v in verifiers if boundary is None or boundary not in v.boundaries_from(boundary)]
                 if blocked:
                     info = {
                         "decision": "oov_blocked",
