@@ -29,6 +29,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lookahead", type=int, default=5)
     p.add_argument("--only", default=",".join(SECTIONS), help=f"comma list of sections: {', '.join(SECTIONS)}")
     p.add_argument("--specem-long", type=int, default=400, help="long SpecEM run for the linear-cost check")
+    p.add_argument("--dtype", default="auto", help="auto (bfloat16 on CPUs with native bf16, else float32) | float32 | bfloat16")
+    p.add_argument("--device", default="cpu")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
 
@@ -61,7 +63,7 @@ def _log(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
-def bench_load(names: list[str]) -> dict:
+def bench_load(names: list[str], device: str = "cpu", dtype: str = "auto") -> dict:
     from .registry import is_cached, load, quiet_progress
 
     cold = [n for n in names if not is_cached(n)]
@@ -70,7 +72,7 @@ def bench_load(names: list[str]) -> dict:
     per_model = {}
     for name in names:
         t = time.perf_counter()
-        models[name] = load(name, progress=quiet_progress)
+        models[name] = load(name, device=device, dtype=dtype, progress=quiet_progress)
         per_model[name] = round(time.perf_counter() - t, 2)
     total = round(time.perf_counter() - started, 2)
     return {"models": models, "report": {"total_s": total, "per_model_s": per_model, "cold": cold, "target_s": 10.0}}
@@ -249,8 +251,10 @@ def cmd_bench(args) -> int:
         "machine": {"threads": torch.get_num_threads(), "torch": torch.__version__},
         "settings": {"models": names, "max_new_tokens": args.max_new_tokens, "prompts": len(prompts), "repeat": args.repeat},
     }
-    loaded = bench_load(names)
+    report["machine"]["dtype"] = None
+    loaded = bench_load(names, args.device, args.dtype)
     models = loaded["models"]
+    report["machine"]["dtype"] = next(iter(models.values())).info["dtype"]
     if "load" in sections:
         report["load"] = loaded["report"]
         _log(f"warm load: {loaded['report']}")
@@ -271,7 +275,9 @@ def cmd_bench(args) -> int:
 
 
 def format_report(report: dict) -> str:
-    lines = [f"Ensemble Lens bench - {report['settings']} - torch threads {report['machine']['threads']}"]
+    lines = [
+        f"Ensemble Lens bench - {report['settings']} - {report['machine']['dtype']} - torch threads {report['machine']['threads']}"
+    ]
     if "load" in report:
         r = report["load"]
         lines.append(f"\nwarm load: {r['total_s']} s in total (target <= {r['target_s']} s) {r['per_model_s']}")

@@ -24,7 +24,9 @@ EMBEDDED = ("qwen", "smollm2", "gemma3")
 
 @pytest.fixture(scope="session")
 def pool() -> registry.ModelPool:
-    return registry.ModelPool()
+    # float32: the invariants (cache == full recompute, verify-in-line == separate scoring) are checked at
+    # atol 1e-4, tighter than bfloat16's precision; the app and CLI default to bfloat16 where it is fast.
+    return registry.ModelPool(dtype="float32")
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,338 @@
+"""Reliability: bad input, load, cancellation, faults, memory. Each test fails when the property breaks."""
+
+from __future__ import annotations
+
+import gc
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+from gradio_client import Client
+
+from ensemble import registry
+from ensemble.errors import Cancelled, ModelLoadError
+from ensemble.methods import EnsembleRun, TokenEvent, generate
+from ensemble.settings import Settings
+from ensemble.trace import RunTrace
+
+pytestmark = pytest.mark.embedded
+ROOT = Path(__file__).resolve().parents[1]
+
+ODD_PROMPTS = {
+    "emoji": "Describe 👩‍💻🇧🇬🙂 in one short sentence.",
+    "cjk": "用一句话介绍普罗夫迪夫。",
+    "rtl": "ترجم إلى الإنجليزية: صباح الخير يا صديقي",
+    "combining": "Spell cafe\u0301 and nai\u0308ve letter by letter.",
+    "zero_width": "zero\u200bwidth\u200d and\ufeff joiners: what are they?",
+    "control": "NUL\x00 and bell\x07 and escape\x1b[31m red \x7f: repeat the word red.",
+    "lone_surrogate": "broken \ud800 half: say ok.",
+}
+
+
+@pytest.fixture(scope="module")
+def client(app_url):
+    return Client(app_url, verbose=False)
+
+
+def _api(client, prompt, method="safe", models="smollm2,gemma3", **settings):
+    return RunTrace.from_dict(
+        client.predict(prompt=prompt, method=method, models=models, settings=settings, api_name="/run_ensemble")
+    )
+
+
+# -- 1. bad input -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", [k for k in ODD_PROMPTS if k != "lone_surrogate"])
+def test_odd_unicode_prompts_run_through_the_api(client, kind):
+    trace = _api(client, ODD_PROMPTS[kind], max_new_tokens=6)
+    assert trace.stats.generated_tokens > 0 and trace.error is None
+
+
+def _raw_api(app_url: str, data: list) -> tuple[str, str]:
+    """Call /run_ensemble with hand-written JSON (what gradio_client refuses to send): (event, payload)."""
+    import httpx
+
+    root = app_url.rstrip("/")
+    body = json.dumps(data and {"data": data})  # ASCII escapes for lone surrogates, NaN as a JSON extension
+    event = httpx.post(f"{root}/gradio_api/call/run_ensemble", content=body, headers={"content-type": "application/json"}).json()
+    stream = httpx.get(f"{root}/gradio_api/call/run_ensemble/{event['event_id']}", timeout=300).text
+    kind = stream.split("event:", 1)[1].split("\n", 1)[0].strip()
+    return kind, stream.split("data:", 1)[1].split("\n", 1)[0].strip()
+
+
+def test_lone_surrogate_through_the_raw_http_api(app_url):
+    kind, payload = _raw_api(app_url, [ODD_PROMPTS["lone_surrogate"], "single", "smollm2", {"max_new_tokens": 4}])
+    assert kind == "complete"
+    trace = RunTrace.from_dict(json.loads(payload)[0])
+    assert any("surrogate" in w for w in trace.warnings) and trace.stats.generated_tokens > 0
+
+
+def test_nan_temperature_through_the_raw_http_api(app_url):
+    kind, payload = _raw_api(app_url, ["Hi", "safe", "smollm2,gemma3", {"temperature": float("nan")}])
+    assert kind == "error" and "temperature must be a finite number" in payload
+
+
+def test_huge_prompt_is_trimmed_with_a_visible_warning(client):
+    prompt = ("Plovdiv is one of the oldest cities in Europe. " * 1100)[:50_000] + "\nIn one word: which city?"
+    trace = _api(client, prompt, method="single", models="smollm2", max_new_tokens=4, max_prompt_tokens=512)
+    assert any(f"{len(prompt):,} characters" in w and "only its last" in w for w in trace.warnings)
+    assert len(trace.prompt) < 50_000 and trace.prompt.endswith("which city?")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"max_new_tokens": -5}, "max_new_tokens"),
+        ({"lookahead": 0}, "lookahead"),
+        ({"top_k": 10**9}, "top_k"),
+        ({"temperature": -1}, "temperature"),
+    ],
+)
+def test_invalid_settings_through_the_api(client, kwargs, message):
+    with pytest.raises(Exception, match=message):
+        _api(client, "Hi", **kwargs)
+    assert client.predict(text="ok", models="smollm2", api_name="/tokenize")["models"]["smollm2"]["count"] == 1
+
+
+@pytest.mark.parametrize(
+    ("method", "kwargs", "message"),
+    [
+        ("specem", {"segment_len": 0}, "segment_len"),
+        ("specem", {"eta": -1}, "eta"),
+        ("specem", {"verifiers": []}, "verifiers set is empty"),
+    ],
+)
+def test_invalid_specem_settings_through_the_api(client, method, kwargs, message):
+    with pytest.raises(Exception, match=message):
+        _api(client, "Hi", method=method, **kwargs)
+
+
+def test_hub_model_while_offline_is_a_quick_clear_message(client):
+    started = time.perf_counter()
+    with pytest.raises(Exception, match="Hugging Face Hub"):
+        _api(client, "Hi", models="smollm2,someone/not-a-cached-model", max_new_tokens=2)
+    assert time.perf_counter() - started < 20  # no 50-second retry loop
+    assert _api(client, "Say ok.", models="smollm2", method="single", max_new_tokens=2).text
+
+
+@pytest.mark.parametrize("kind", list(ODD_PROMPTS))
+def test_odd_unicode_prompts_through_the_cli(kind, tmp_path):
+    path = tmp_path / "prompt.txt"  # a file: argv cannot carry NUL or a lone surrogate
+    path.write_bytes(ODD_PROMPTS[kind].encode("utf-8", "surrogatepass"))
+    out = subprocess.run(
+        [sys.executable, "-m", "ensemble", "generate", "--models", "smollm2", "--prompt-file", str(path),
+         "--max-new-tokens", "4", "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["stats"]["generated_tokens"] > 0
+
+
+def test_uploads_are_json_only_and_size_checked(tmp_path):
+    import pickle
+
+    import app
+
+    class Request:
+        session_hash = "upload-test"
+
+    evil = tmp_path / "evil.json"
+    evil.write_bytes(pickle.dumps({"x": 1}))  # a pickle disguised as JSON is refused, never unpickled
+    strip, status, *_ = app.import_trace(str(evil), Request())
+    assert "Could not load the trace" in status
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * (20 * 1024 * 1024 + 1))
+    strip, status, *_ = app.import_trace(str(big), Request())
+    assert "20 MB" in status
+
+
+# -- 3. load -------------------------------------------------------------------------------------------------
+def test_eight_concurrent_clients_each_get_their_own_trace(app_url, client):
+    names = ["Varna", "Ruse", "Burgas", "Pleven", "Sliven", "Dobrich", "Shumen", "Pernik"]
+    prompts = [f"Write one sentence about the Bulgarian city of {name}." for name in names]
+
+    def one(prompt):
+        own = Client(app_url, verbose=False)
+        data = own.predict(prompt=prompt, method="safe", models="smollm2,gemma3",
+                           settings={"max_new_tokens": 64}, api_name="/run_ensemble")
+        return RunTrace.from_dict(data)
+
+    tokenize_latencies = []
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        futures = [pool.submit(one, p) for p in prompts]
+        while not all(f.done() for f in futures):  # the cheap endpoint keeps answering under load
+            started = time.perf_counter()
+            client.predict(text="Sofia", models="smollm2", api_name="/tokenize")
+            tokenize_latencies.append(time.perf_counter() - started)
+            time.sleep(1.0)
+        traces = [f.result() for f in futures]
+    for prompt, trace in zip(prompts, traces, strict=True):
+        assert trace.prompt == prompt  # no cross-session leakage
+        assert trace.stats.generated_tokens > 0 and trace.method == "safe"
+    # Greedy runs are deterministic: a run under load equals the same run alone.
+    alone = generate(_models(["smollm2", "gemma3"]), prompts[3], "safe", Settings(max_new_tokens=64))
+    assert traces[3].text == alone.text
+    assert tokenize_latencies and max(tokenize_latencies) < 30
+
+
+def _models(names):
+    import app
+
+    return [app.POOL.get(n) for n in names]
+
+
+def test_a_bounded_queue_tells_extra_clients_the_server_is_busy(pool, embedded):
+    import app
+    from conftest import free_port
+
+    previous = app.QUEUE_SIZE
+    app.QUEUE_SIZE = 2
+    try:
+        small = app.build_app()
+    finally:
+        app.QUEUE_SIZE = previous
+    port = free_port()
+    small.launch(server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        clients = [Client(url, verbose=False) for _ in range(8)]
+        jobs = [c.submit(prompt="Count to thirty.", method="single", models="smollm2",
+                         settings={"max_new_tokens": 48}, api_name="/run_ensemble") for c in clients]
+        errors = []
+        for job in jobs:
+            try:
+                job.result(timeout=600)
+            except Exception as exc:  # noqa: BLE001 - the rejection is what we look for
+                errors.append(str(exc))
+        assert errors and all("queue" in e.lower() and "full" in e.lower() for e in errors), errors
+        assert len(errors) < 8  # the ones that fit in the queue were served
+    finally:
+        small.close()
+
+
+# -- 4. cancellation -----------------------------------------------------------------------------------------
+def test_stop_frees_the_run_within_a_second_and_the_next_run_is_clean(embedded):
+    models = [embedded["qwen"], embedded["smollm2"], embedded["gemma3"]]
+    prompt = "Write a long story about a journey from Sofia to Plovdiv."
+    for method in ("safe", "specem", "unite"):
+        cancel = threading.Event()
+        job = EnsembleRun(models, prompt, method, Settings(max_new_tokens=200), cancel=cancel)
+        stopped_at = None
+        for event in job.events():
+            if isinstance(event, TokenEvent) and event.record.index >= 6 and stopped_at is None:
+                threading.Timer(0.3, cancel.set).start()  # Stop pressed mid-step
+                stopped_at = time.perf_counter() + 0.3
+        freed = time.perf_counter() - stopped_at
+        assert job.trace.stats.stop_reason == "cancelled"
+        assert freed < 1.0, f"{method}: the worker was busy {freed:.2f} s after Stop"
+        # the partial trace is complete and consistent
+        assert job.trace.text == "".join(job.trace.text[t.start : t.end] for t in job.trace.tokens if t.end > t.start)
+    clean = generate(models, prompt, "safe", Settings(max_new_tokens=24))
+    again = generate(models, prompt, "safe", Settings(max_new_tokens=24))
+    assert clean.text == again.text and clean.stats.decisions == again.stats.decisions
+
+
+def test_cancel_flag_raises_before_the_next_forward_pass(tiny):
+    from ensemble.adapter import ModelAdapter
+
+    adapter = ModelAdapter(tiny["smollm2"])
+    adapter.start("hi")
+    adapter.cancel = threading.Event()
+    adapter.next_logits()
+    adapter.append(5)
+    adapter.cancel.set()
+    with pytest.raises(Cancelled):
+        adapter.next_logits()
+
+
+# -- 5. faults -----------------------------------------------------------------------------------------------
+class Exploding(torch.nn.Module):
+    """A model that works for a few forward passes, then raises (a GPU error, a bad kernel, ...)."""
+
+    def __init__(self, inner, after: int):
+        super().__init__()
+        self.inner, self.after, self.calls = inner, after, 0
+        self.config = inner.config
+        self.generation_config = inner.generation_config
+
+    def forward(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls > self.after:
+            raise RuntimeError("simulated device failure")
+        return self.inner(*args, **kwargs)
+
+    def get_output_embeddings(self):
+        return self.inner.get_output_embeddings()
+
+
+def test_a_model_failing_mid_generation_gives_a_message_and_the_next_run_works(client, embedded, monkeypatch):
+    import app
+
+    healthy = embedded["smollm2"]
+    broken = registry.wrap("gemma3", Exploding(embedded["gemma3"].model, after=3), embedded["gemma3"].tokenizer, template="plain")
+    monkeypatch.setattr(app, "load_models", lambda names, progress=None: [healthy, broken])
+    with pytest.raises(Exception, match="simulated device failure"):
+        _api(client, "Write two sentences about Plovdiv.", max_new_tokens=40)
+    monkeypatch.undo()
+    trace = _api(client, "Write two sentences about Plovdiv.", max_new_tokens=8)
+    assert trace.error is None and trace.stats.generated_tokens > 0
+
+
+def test_corrupted_cache_is_detected_and_rebuilt(tmp_path, monkeypatch):
+    source = registry.prepare("smollm2", registry.quiet_progress)
+    monkeypatch.setenv("ENSEMBLE_LENS_CACHE", str(tmp_path))
+    copy = registry._model_cache(registry.EMBEDDED["smollm2"])
+    shutil.copytree(source, copy)
+    assert registry.is_cached("smollm2")
+    weights = copy / "model.safetensors"
+    size = weights.stat().st_size
+    with weights.open("r+b") as fh:  # 4 KB of zeros in the middle of the weights: too small for the sampled check
+        fh.seek(size // 2)
+        fh.write(b"\x00" * 4096)
+    pool = registry.ModelPool(dtype="float32")
+    damaged = pool.get("smollm2", registry.quiet_progress)
+    damaged.integrity.join(120)  # the full check runs after the load, in the background
+    assert damaged.cache_problem == "fails the full checksum of model.safetensors"
+    assert not registry.is_cached("smollm2")
+    rebuilt = pool.get("smollm2", registry.quiet_progress)  # the pool drops the damaged model and rebuilds
+    assert rebuilt is not damaged and registry.is_cached("smollm2")
+    rebuilt.integrity.join(120)
+    assert rebuilt.cache_problem is None
+    assert generate([rebuilt], "Say hi.", "single", Settings(max_new_tokens=3)).stats.generated_tokens > 0
+    # Truncation and a broken manifest are caught by the fast check at load time.
+    with weights.open("r+b") as fh:
+        fh.truncate(size // 3)
+    assert registry._verify_manifest(copy) == "has model.safetensors at the wrong size"
+    (copy / "manifest.json").write_text("{not json")
+    assert registry._verify_manifest(copy) == "has an unreadable manifest"
+
+
+def test_gguf_with_a_wrong_checksum_is_refused(tmp_path, monkeypatch):
+    spec = registry.EMBEDDED["smollm2"]
+    bad = registry.ModelSpec(**{**spec.__dict__, "embedded": registry.EmbeddedSource(**{**spec.embedded.__dict__, "sha256": "0" * 64})})
+    with pytest.raises(ModelLoadError, match="sha256"):
+        registry._assemble_gguf(bad, tmp_path / "x.gguf", registry.quiet_progress)
+
+
+# -- 6. memory -----------------------------------------------------------------------------------------------
+def test_twenty_runs_do_not_grow_memory(client):
+    process = psutil.Process()
+
+    def rss() -> int:
+        gc.collect()
+        return process.memory_info().rss
+
+    _api(client, "Name three rivers in Bulgaria.", max_new_tokens=16)
+    baseline = rss()
+    for i in range(19):
+        _api(client, f"Name three rivers in Bulgaria. ({i})", max_new_tokens=16)
+    growth = (rss() - baseline) / baseline
+    assert growth < 0.05, f"resident memory grew {growth:.1%} over 20 runs"
