@@ -146,11 +146,11 @@ def test_uploads_are_json_only_and_size_checked(tmp_path):
 
     evil = tmp_path / "evil.json"
     evil.write_bytes(pickle.dumps({"x": 1}))  # a pickle disguised as JSON is refused, never unpickled
-    strip, status, *_ = app.import_trace(str(evil), Request())
+    _, status, *_ = app.import_trace(str(evil), Request())
     assert "Could not load the trace" in status
     big = tmp_path / "big.json"
     big.write_bytes(b" " * (20 * 1024 * 1024 + 1))
-    strip, status, *_ = app.import_trace(str(big), Request())
+    _, status, *_ = app.import_trace(str(big), Request())
     assert "20 MB" in status
 
 
@@ -190,8 +190,9 @@ def _models(names):
 
 
 def test_a_bounded_queue_tells_extra_clients_the_server_is_busy(pool, embedded):
-    import app
     from conftest import free_port
+
+    import app
 
     previous = app.QUEUE_SIZE
     app.QUEUE_SIZE = 2
