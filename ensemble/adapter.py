@@ -18,7 +18,7 @@ import torch
 from transformers import DynamicCache
 
 from .errors import Cancelled
-from .keys import EOS_KEY, Spans, key_to_bytes
+from .keys import EOS_KEY, Spans
 from .registry import LoadedModel
 
 SYNC_MARGIN = 4
@@ -440,7 +440,3 @@ def _complete_prefix(data: bytes) -> int:
             need = 2 if b < 0xE0 else 3 if b < 0xF0 else 4
             return n - back if back < need and b < 0xF8 else n
     return n
-
-
-def key_bytes(key: str) -> bytes:
-    return b"" if key == EOS_KEY else key_to_bytes(key)

@@ -258,13 +258,11 @@ class Fuser:
         if self.union is None:
             return heuristic_sharpen(keys, before, drafter_keys, self.lam)
         # GaC: prefix ranges in the sorted union make "every key that starts with k" one slice.
-        sorted_probs = before[self.union.order].double()
-        cumulative = torch.cat([torch.zeros(1, dtype=torch.float64), sorted_probs.cumsum(0)])
         out = before.clone()
         for key in drafter_keys:
             i = self.union.position.get(key)
             if i is None or float(before[i]) <= self.lam:
                 continue
             lo, hi = self.union.prefix_range(key)
-            out[i] += float(cumulative[hi] - cumulative[lo]) - float(before[i])
+            out[i] += float(before[self.union.order[lo:hi]].double().sum()) - float(before[i])
         return out / out.sum()

@@ -204,6 +204,7 @@ def test_verifier_scoring_modes():
     assert verifier_scores(per_token, "logit") == pytest.approx([3.0 / 4.0, 1.0 / 4.0])
 
 
+@torch.inference_mode()
 def _separate_scores(adapter, context, blocks):
     out = []
     base = adapter.prompt_ids + adapter.ids[:context]

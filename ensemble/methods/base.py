@@ -298,8 +298,9 @@ class Run:
         return self.trace
 
 
-def model_topk(adapter: ModelAdapter, logits: torch.Tensor, k: int = 5) -> list[list]:
-    """A model's top-k keys and probabilities (for the inspector of single-model tokens)."""
-    probs = torch.softmax(logits.float(), dim=-1)
+def model_topk(adapter: ModelAdapter, logits: torch.Tensor | None = None, k: int = 5, probs: torch.Tensor | None = None) -> list[list]:
+    """A model's top-k keys and probabilities (from ``probs`` when already computed, else from ``logits``)."""
+    if probs is None:
+        probs = torch.softmax(logits.float(), dim=-1)
     values, ids = torch.topk(probs, k)
     return [[display_key(adapter.keys.key(i)), round(float(v), 6)] for v, i in zip(values.tolist(), ids.tolist(), strict=True)]

@@ -86,6 +86,7 @@ def run_safe(run: Run) -> Iterator:
         ended = False
         for j, (token_id, draft_logits) in enumerate(draft):
             key = drafter.keys.key(token_id)
+            draft_probs = chooser.probs(draft_logits)  # once per token: P(d_j), the drafter's top-k
             if key == EOS_KEY:
                 boundary: int | None = len(drafter.text)
             else:
@@ -102,11 +103,11 @@ def run_safe(run: Run) -> Iterator:
                         "details": {"blocked_by": [v.name for v in blocked], "boundary": boundary},
                     }
                 else:
-                    info = _decide(run, chooser, fuser, drafter, verifiers, at_edge, token_id, key, draft_logits, boundary)
+                    info = _decide(chooser, fuser, drafter, verifiers, at_edge, token_id, key, draft_logits, draft_probs, boundary)
                 # How every model cuts the text around this point (what the inspector shows).
                 at = boundary if boundary is not None else drafter.ends[first + j]
                 info["details"]["splits"] = {a.name: a.tokens_near(at) for a in order}
-            info["topk"] = model_topk(drafter, draft_logits, 5)
+            info["topk"] = model_topk(drafter, k=5, probs=draft_probs)
             decisions.append(info)
             if info.get("replace") is not None:
                 replacement = (j, info.pop("replace"), draft_logits)
@@ -189,11 +190,10 @@ def run_safe(run: Run) -> Iterator:
     return "budget"
 
 
-def _decide(run, chooser, fuser, drafter, verifiers, at_edge, token_id, key, draft_logits, boundary) -> dict:
+def _decide(chooser, fuser, drafter, verifiers, at_edge, token_id, key, draft_logits, draft_probs, boundary) -> dict:
     """Consensus check, then fusion, for one draft token at a boundary every verifier shares."""
-    draft_probs = chooser.probs(draft_logits)
     p_draft = float(draft_probs[token_id])
-    own = {}
+    own, verifier_top = {}, {}
     unanimous = True
     for v in verifiers:
         next_id, row = at_edge[v.name][boundary]
@@ -201,15 +201,13 @@ def _decide(run, chooser, fuser, drafter, verifiers, at_edge, token_id, key, dra
             next_id = None  # the verifier's own continuation at the end of the text is its EOS
         probs = torch.softmax(row.float(), dim=-1)
         own[v.name] = (next_id, _key_prob(v, probs, next_id))
-        top = int(torch.argmax(row))
+        verifier_top[v.name] = model_topk(v, k=5, probs=probs)
+        top = int(torch.argmax(probs))
         unanimous &= (top in v.keys.eos_ids) if next_id is None else (top == next_id)
     mean_p = (p_draft + sum(p for _, p in own.values())) / (1 + len(verifiers))
     details = {
         "boundary": boundary,
-        "per_model_top": {
-            drafter.name: model_topk(drafter, draft_logits, 5),
-            **{v.name: model_topk(v, at_edge[v.name][boundary][1], 5) for v in verifiers},
-        },
+        "per_model_top": {drafter.name: model_topk(drafter, k=5, probs=draft_probs), **verifier_top},
         "mean_prob": round(mean_p, 4),
         "probs": {drafter.name: round(p_draft, 4), **{n: round(p, 4) for n, (_, p) in own.items()}},
         "verifier_tokens": {

@@ -1,0 +1,84 @@
+"""Measure the app as a browser sees it: time to the first streamed token and the bytes each update sends.
+
+    python scripts/app_latency.py [--methods single,safe,specem] [--repeat 3]
+
+It serves the app in this process with warm models, presses Run through Gradio's queue protocol (the calls
+the browser makes), and reads the streamed updates. The first token counts from the request to the first
+strip update that holds a token; "bytes" are the sizes of the strip diffs Gradio sends (appends only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+PROMPT = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether?"
+
+
+def press_run(root: str, method: str, models: list[str], max_new_tokens: int) -> dict:
+    config = httpx.get(f"{root}/config").json()
+    dep = next(d for d in config["dependencies"] if d.get("api_name") == "run_stream")
+    session = uuid.uuid4().hex[:12]
+    settings = [max_new_tokens, 0.0, 1.0, 0, 10, "auto", 0.1, 0.0, 5, "unite", 10, 0.5, "logprob"]
+    body = {"data": [PROMPT, method, models, models[0], *settings], "fn_index": dep["id"],
+            "trigger_id": dep["targets"][0][0], "session_hash": session, "event_data": None}
+    started = time.perf_counter()
+    httpx.post(f"{root}/gradio_api/queue/join", json=body).raise_for_status()
+    first, sizes, final = None, [], ""
+    with httpx.stream("GET", f"{root}/gradio_api/queue/data?session_hash={session}", timeout=600) as response:
+        for line in response.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            message = json.loads(line[5:])
+            if message.get("msg") == "process_generating":
+                diff = message["output"]["data"][0]
+                appended = sum(len(op[2]) for op in diff if op[0] == "append") if isinstance(diff, list) else 0
+                if appended and first is None:
+                    first = time.perf_counter() - started
+                if isinstance(diff, list) and diff:
+                    sizes.append(len(json.dumps(diff)))
+            if message.get("msg") == "process_completed":
+                final = message["output"]["data"][0]
+                break
+    return {"first_token_s": first, "updates": len(sizes), "bytes_sent": sum(sizes), "final_strip_bytes": len(final),
+            "largest_update": max(sizes, default=0)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--methods", default="single,safe,specem,unite")
+    parser.add_argument("--models", default="qwen,smollm2,gemma3")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    import app
+
+    app.warm_up()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    app.launch(port=port, block=False)
+    root = f"http://127.0.0.1:{port}"
+    models = args.models.split(",")
+    print(f"{'method':<8} {'first token (median s)':>22} {'updates':>8} {'bytes sent':>11} {'final strip':>12} {'largest':>8}")
+    for method in args.methods.split(","):
+        runs = [press_run(root, method, models if method != "single" else models[:1], args.max_new_tokens) for _ in range(args.repeat)]
+        first = statistics.median(r["first_token_s"] for r in runs)
+        last = runs[-1]
+        print(f"{method:<8} {first:>22.2f} {last['updates']:>8} {last['bytes_sent']:>11} {last['final_strip_bytes']:>12} {last['largest_update']:>8}")
+    app.demo.close()
+
+
+if __name__ == "__main__":
+    main()
