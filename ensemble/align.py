@@ -11,7 +11,7 @@ from __future__ import annotations
 from itertools import pairwise
 
 from .errors import InputError
-from .keys import KeyTable, display_key
+from .keys import KeyTable, display_key, replace_lone_surrogates
 
 MAX_TEXT_CHARS = 1_000_000
 
@@ -22,12 +22,8 @@ def clean_text(text) -> tuple[str, list[str]]:
         raise InputError("The text must be a string.")
     if len(text) > MAX_TEXT_CHARS:
         raise InputError(f"The text has {len(text):,} characters; the limit is {MAX_TEXT_CHARS:,}.")
-    notes = []
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-8", "replace").decode("utf-8")
-        notes.append("The text held lone surrogates (invalid UTF-16 halves); they were replaced by '?'.")
+    text, replaced = replace_lone_surrogates(text)
+    notes = ["The text held lone surrogates (invalid UTF-16 halves); they were replaced by '?'."] if replaced else []
     return text, notes
 
 

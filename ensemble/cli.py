@@ -93,6 +93,14 @@ def settings_from_args(args):
     )
 
 
+def _read(path: str, errors: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors=errors) as fh:
+            return fh.read()
+    except OSError as exc:
+        raise SettingsError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+
+
 # -- commands -----------------------------------------------------------------------------------------------
 def cmd_models(args) -> int:
     from . import registry
@@ -142,10 +150,7 @@ def cmd_tokenize(args) -> int:
     from .align import compare
     from .registry import ModelPool
 
-    text = args.text
-    if args.file:
-        with open(args.file, encoding="utf-8", errors="surrogateescape") as fh:
-            text = fh.read()
+    text = _read(args.file, "surrogateescape") if args.file else args.text  # stray bytes stay visible
     if text is None:
         raise SettingsError("Give the text to tokenize, or --file PATH.")
     pool = ModelPool()
@@ -175,10 +180,7 @@ def cmd_generate(args) -> int:
     from .methods import EnsembleRun, RoundEvent, TokenEvent
     from .registry import ModelPool
 
-    prompt = args.prompt
-    if args.prompt_file:
-        with open(args.prompt_file, encoding="utf-8", errors="replace") as fh:
-            prompt = fh.read()
+    prompt = _read(args.prompt_file, "surrogateescape") if args.prompt_file else args.prompt
     if prompt is None:
         raise SettingsError("Give a prompt with --prompt TEXT or --prompt-file PATH.")
     from .methods.base import clean_prompt

@@ -28,6 +28,15 @@ _BYTE_TOKEN = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 _ESCAPED_BYTE = re.compile(r"[\udc80-\udcff]")
 
 
+def replace_lone_surrogates(text: str) -> tuple[str, bool]:
+    """Text that can be encoded as UTF-8: lone surrogates (halves of UTF-16 pairs) become '?'."""
+    try:
+        text.encode("utf-8")
+        return text, False
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8"), True
+
+
 def key_from_bytes(data: bytes) -> str:
     """The key of a byte string: UTF-8 text, with bytes of incomplete characters kept as escapes."""
     return data.decode("utf-8", "surrogateescape")

@@ -20,21 +20,22 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # to import the app from the project root
 
 PROMPT = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether?"
 
 
-def press_run(root: str, method: str, models: list[str], max_new_tokens: int) -> dict:
+def press_run(root: str, method: str, models: list[str], max_new_tokens: int, prompt: str = PROMPT) -> dict:
+    """Press Run the way the browser does (Gradio's queue protocol) and collect the strip's streamed diffs."""
     config = httpx.get(f"{root}/config").json()
     dep = next(d for d in config["dependencies"] if d.get("api_name") == "run_stream")
     session = uuid.uuid4().hex[:12]
     settings = [max_new_tokens, 0.0, 1.0, 0, 10, "auto", 0.1, 0.0, 5, "unite", 10, 0.5, "logprob"]
-    body = {"data": [PROMPT, method, models, models[0], *settings], "fn_index": dep["id"],
+    body = {"data": [prompt, method, models, models[0], *settings], "fn_index": dep["id"],
             "trigger_id": dep["targets"][0][0], "session_hash": session, "event_data": None}
     started = time.perf_counter()
     httpx.post(f"{root}/gradio_api/queue/join", json=body).raise_for_status()
-    first, sizes, final = None, [], ""
+    first, diffs, final = None, [], ""
     with httpx.stream("GET", f"{root}/gradio_api/queue/data?session_hash={session}", timeout=600) as response:
         for line in response.iter_lines():
             if not line.startswith("data:"):
@@ -42,16 +43,18 @@ def press_run(root: str, method: str, models: list[str], max_new_tokens: int) ->
             message = json.loads(line[5:])
             if message.get("msg") == "process_generating":
                 diff = message["output"]["data"][0]
-                appended = sum(len(op[2]) for op in diff if op[0] == "append") if isinstance(diff, list) else 0
-                if appended and first is None:
+                if diff:
+                    diffs.append(diff)
+                if first is None and any(op[0] == "append" and op[2] for op in diff):
                     first = time.perf_counter() - started
-                if isinstance(diff, list) and diff:
-                    sizes.append(len(json.dumps(diff)))
             if message.get("msg") == "process_completed":
+                if not message.get("success"):
+                    raise RuntimeError(f"the run failed: {message}")
                 final = message["output"]["data"][0]
                 break
-    return {"first_token_s": first, "updates": len(sizes), "bytes_sent": sum(sizes), "final_strip_bytes": len(final),
-            "largest_update": max(sizes, default=0)}
+    sizes = [len(json.dumps(d)) for d in diffs]
+    return {"first_token_s": first, "diffs": diffs, "final": final, "updates": len(diffs), "bytes_sent": sum(sizes),
+            "final_strip_bytes": len(final), "largest_update": max(sizes, default=0)}
 
 
 def main() -> None:

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import time
-import uuid
-
-import httpx
 import pytest
 from gradio_client import Client
 
@@ -65,37 +60,12 @@ def test_bad_requests_get_messages_and_the_app_keeps_serving(client, kwargs, mes
     assert client.predict(text="still here", models="smollm2", api_name="/tokenize")["models"]["smollm2"]["count"] > 0
 
 
-def stream_strip_updates(app_url: str, prompt: str, method: str, models: list[str], max_new_tokens: int) -> list:
-    """Call the Run button's event the way the browser does and collect the strip's streamed diffs."""
-    root = app_url.rstrip("/")
-    config = httpx.get(f"{root}/config").json()
-    dep = next(d for d in config["dependencies"] if d.get("api_name") == "run_stream")
-    session = uuid.uuid4().hex[:12]
-    settings = [max_new_tokens, 0.0, 1.0, 0, 10, "auto", 0.1, 0.0, 5, "unite", 10, 0.5, "logprob"]
-    body = {"data": [prompt, method, models, models[0], *settings], "fn_index": dep["id"],
-            "trigger_id": dep["targets"][0][0], "session_hash": session, "event_data": None}
-    assert httpx.post(f"{root}/gradio_api/queue/join", json=body).status_code == 200
-    updates, started = [], time.perf_counter()
-    with httpx.stream("GET", f"{root}/gradio_api/queue/data?session_hash={session}", timeout=600) as response:
-        for line in response.iter_lines():
-            if not line.startswith("data:"):
-                continue
-            message = json.loads(line[5:])
-            if message.get("msg") == "process_generating":
-                updates.append((time.perf_counter() - started, message["output"]["data"][0]))
-            if message.get("msg") == "process_completed":
-                assert message["success"], message
-                final = message["output"]["data"][0]
-                break
-    return updates, final
-
-
 def test_streaming_sends_only_new_tokens(app_url):
     """The strip grows by appends: no update re-sends what the browser already has."""
-    updates, final = stream_strip_updates(app_url, "Count from one to twenty in words.", "single", ["smollm2"], 40)
-    diffs = [d for _, d in updates if d]
-    appends = [op for d in diffs for op in d if op[0] == "append"]
+    from scripts.app_latency import press_run
+
+    run = press_run(app_url.rstrip("/"), "single", ["smollm2"], 40, prompt="Count from one to twenty in words.")
+    appends = [op for d in run["diffs"] for op in d if op[0] == "append"]
     assert len(appends) >= 3, "the strip should stream in several pieces"
-    assert all(op[0] == "append" for d in diffs[1:] for op in d), diffs[:3]
-    sent = sum(len(op[2]) for op in appends)
-    assert sent <= len(final) + 10  # every byte of the strip is sent once
+    assert all(op[0] == "append" for d in run["diffs"][1:] for op in d), run["diffs"][:3]
+    assert sum(len(op[2]) for op in appends) <= len(run["final"]) + 10  # every byte of the strip is sent once

@@ -11,7 +11,7 @@ import torch
 
 from ..adapter import ModelAdapter
 from ..errors import Cancelled, InputError
-from ..keys import EOS_KEY, display_key
+from ..keys import EOS_KEY, display_key, replace_lone_surrogates
 from ..settings import Settings
 from ..trace import FusionRecord, RoundRecord, RunTrace, TokenRecord
 
@@ -35,12 +35,8 @@ def clean_prompt(prompt) -> tuple[str, list[str]]:
     """Validate a prompt; return it (lone surrogates replaced) and any warnings."""
     if not isinstance(prompt, str):
         raise InputError("The prompt must be text.")
-    warnings = []
-    try:
-        prompt.encode("utf-8")
-    except UnicodeEncodeError:
-        prompt = prompt.encode("utf-8", "replace").decode("utf-8")
-        warnings.append("The prompt held invalid characters (lone surrogates); they were replaced by '?'.")
+    prompt, replaced = replace_lone_surrogates(prompt)
+    warnings = ["The prompt held invalid characters (lone surrogates); they were replaced by '?'."] if replaced else []
     if not prompt.strip():
         raise InputError("The prompt is empty: type a question or pick an example.")
     return prompt, warnings
