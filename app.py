@@ -199,12 +199,12 @@ def run_stream(
         models = load_models(names, progress)
         job = EnsembleRun(models, prompt, method, settings, cancel=cancel)
     except EnsembleError as exc:
-        view[0], view[1] = _error_html(str(exc)), f"⚠️ {exc}"
+        view[0], view[1] = _error_html(str(exc)), f"⚠️ {visual.safe(exc)}"
         yield tuple(view)
         return
     session["job"], session["trace"] = job, None
     builder = visual.StripBuilder(method, job.trace.models)
-    view[1] = " · ".join(job.trace.warnings) or f"Running {method} on {', '.join(job.trace.models)}…"
+    view[1] = visual.safe(" · ".join(job.trace.warnings) or f"Running {method} on {', '.join(job.trace.models)}…")
     view[2] = visual.legend_html(method, job.trace.models)
     yield tuple(view)
     pending, last = [], 0.0
@@ -218,14 +218,16 @@ def run_stream(
                 pending, last = [], now
                 yield tuple(view)
     except Exception as exc:  # noqa: BLE001 - a failing model must not take the app down
+        session["job"], session["trace"] = None, job.trace  # the partial trace stays inspectable
         kind = "" if isinstance(exc, EnsembleError) else f"The run failed: {type(exc).__name__}: "
-        view[1] = f"⚠️ {kind}{exc}. Other runs are not affected." if kind else f"⚠️ {exc}"
+        view[1] = visual.safe(f"⚠️ {kind}{exc}. Other runs are not affected." if kind else f"⚠️ {exc}")
         yield tuple(view)
         return
     if pending:
         view[0] += builder.add(pending, job.run.text)
     trace = job.trace
-    session["trace"] = trace
+    # Keep the trace, drop the run: its adapters hold every model's KV cache.
+    session["job"], session["trace"] = None, trace
     s = trace.stats
     done = (
         f"Done: {s.generated_tokens} tokens, E/T {s.et_ratio:.3f}, {s.latency_s:.1f} s, {s.tokens_per_s:.2f} tokens/s "
@@ -234,7 +236,7 @@ def run_stream(
     if s.stop_reason == "cancelled":
         done = f"Stopped after {s.generated_tokens} tokens ({s.latency_s:.1f} s). Click any token to see why."
     if trace.warnings:
-        done = " · ".join(trace.warnings) + " · " + done
+        done = visual.safe(" · ".join(trace.warnings)) + " · " + done
     yield (view[0], done, *_final_views(trace))
 
 
@@ -353,10 +355,12 @@ def import_trace(file, request: gr.Request):
             raise TraceFormatError(f"The file is {path.stat().st_size / 1e6:.1f} MB; the limit is 20 MB.")
         trace = RunTrace.from_json(path.read_bytes())
     except (OSError, TraceFormatError) as exc:
-        return (_error_html(str(exc)), f"⚠️ Could not load the trace: {exc}", *nothing[2:])
+        return (_error_html(str(exc)), f"⚠️ Could not load the trace: {visual.safe(exc)}", *nothing[2:])
     session = SESSIONS.get(_session(request))
     session["job"], session["trace"] = None, trace
-    status = f"Replaying a {trace.method} trace of {', '.join(trace.models)} ({len(trace.tokens)} tokens). Click any token."
+    # Everything in an uploaded trace is untrusted: escape it even in the status line.
+    status = visual.safe(f"Replaying a {trace.method} trace of {', '.join(trace.models)} ({len(trace.tokens)} tokens).")
+    status += " Click any token."
     return (visual.strip_html(trace), status, *_final_views(trace))
 
 
@@ -499,7 +503,9 @@ def build_app() -> gr.Blocks:
                         cmp_methods = gr.CheckboxGroup(METHOD_CHOICES, value=["unite", "safe"], label="Methods (2-4)")
                         cmp_models = gr.CheckboxGroup(MODEL_CHOICES, value=list(DEFAULT_MODELS), label="Models")
                         cmp_tokens = gr.Slider(8, 512, value=64, step=4, label="Max new tokens", elem_id="cmp-tokens")
-                        cmp_button = gr.Button("Compare", variant="primary", elem_id="cmp-button")
+                        with gr.Row():
+                            cmp_button = gr.Button("Compare", variant="primary", elem_id="cmp-button")
+                            cmp_stop = gr.Button("Stop", variant="stop", elem_id="cmp-stop")
                 cmp_view = gr.HTML(elem_id="cmp-view")
                 cmp_table = gr.Dataframe(label="Stats", elem_id="cmp-table")
                 cmp_plot = gr.Plot(label="Latency and E/T", elem_id="cmp-plot")
@@ -556,6 +562,7 @@ def build_app() -> gr.Blocks:
                       concurrency_id="tokenize", api_visibility="private")
         cmp_button.click(compare_stream, inputs=[cmp_prompt, cmp_methods, cmp_models, cmp_tokens],
                          outputs=[cmp_view, cmp_table, cmp_plot], concurrency_id="engine", api_visibility="private")
+        cmp_stop.click(stop_run, outputs=[status], queue=False, api_visibility="private")
         export_button.click(export_trace, outputs=[json_file, csv_file], api_visibility="private")
         upload.upload(import_trace, inputs=[upload], outputs=run_outputs, api_visibility="private")
         results_file.upload(show_results, inputs=[results_file], outputs=[results_view, results_plot_a, results_plot_b],

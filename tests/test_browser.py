@@ -153,7 +153,8 @@ def test_untrusted_content_never_runs(page, tmp_path):
     page.wait_for_timeout(1000)
     assert page.evaluate("() => window.__xss") is None
     assert not dialogs
-    assert page.locator("#strip script, #strip img, #legend img, #explanation img").count() == 0
+    assert page.locator("#strip script, #strip img, #legend img, #explanation img, #status img").count() == 0
+    assert "<img src=x onerror=window.__xss=4>" in page.locator("#status").inner_text()
     assert "${window.__xss=3}" in page.locator("#strip").inner_text()
 
 
