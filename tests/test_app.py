@@ -69,3 +69,22 @@ def test_streaming_sends_only_new_tokens(app_url):
     assert len(appends) >= 3, "the strip should stream in several pieces"
     assert all(op[0] == "append" for d in run["diffs"][1:] for op in d), run["diffs"][:3]
     assert sum(len(op[2]) for op in appends) <= len(run["final"]) + 10  # every byte of the strip is sent once
+
+
+def test_results_view_opens_an_evaluation_summary(tmp_path):
+    import app
+    from ensemble.evaluate import SUMMARY_FIELDS
+
+    rows = [
+        ["single:qwen", 60, 21, 0.35, 0.24, 0.48, 0.0, 9.1, 24.0, 0.0, 180.0],
+        ["safe-unite", 60, 24, 0.40, 0.29, 0.53, 0.04, 7.0, 31.0, 0.0, 185.0],
+    ]
+    path = tmp_path / "summary.csv"
+    path.write_text(",".join(SUMMARY_FIELDS) + "\n" + "\n".join(",".join(map(str, r)) for r in rows) + "\n")
+    html, scatter, bars = app.show_results(str(path))
+    assert "safe-unite" in html and "single:qwen" in html
+    assert scatter is not None and bars is not None
+    bad = tmp_path / "bad.csv"
+    bad.write_text("not,a,summary\n1,2,3\n")
+    html, scatter, bars = app.show_results(str(bad))
+    assert "el-error" in html and scatter is None
