@@ -1,4 +1,4 @@
-"""Command line: ``python -m ensemble {models,prepare,tokenize,generate,bench,evaluate}``."""
+"""Command line: ``python -m ensemble {models,prepare,tokenize,generate,bench,evaluate,report}``."""
 
 from __future__ import annotations
 
@@ -278,6 +278,11 @@ def build_parser() -> argparse.ArgumentParser:
     from .evaluate import add_evaluate_arguments
 
     add_evaluate_arguments(e)
+
+    r = sub.add_parser("report", help="rebuild an evaluation folder's summary and report.html from its rows")
+    from .evaluate import add_report_arguments
+
+    add_report_arguments(r)
     return p
 
 

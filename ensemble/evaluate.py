@@ -516,6 +516,7 @@ def summary_markdown(summary: list[dict], meta: dict) -> str:
     lines = [
         f"# Evaluation: {Path(meta.get('data', {}).get('path', 'data')).name}, {meta.get('selected', '?')} questions",
         "",
+        *_scope_lines(meta),
         f"- models: {', '.join(meta.get('models', []))}",
         f"- max_new_tokens {s.get('max_new_tokens')}, temperature {s.get('temperature')}, seed {meta.get('seed')}, "
         f"limit {meta.get('limit')}",
@@ -534,6 +535,17 @@ def summary_markdown(summary: list[dict], meta: dict) -> str:
     if not summary:
         lines.append("| (no results yet) | | | | | | | | |")
     return "\n".join(lines) + "\n"
+
+
+def _scope_lines(meta: dict) -> list[str]:
+    shared, selected = meta.get("summarized_questions"), meta.get("selected")
+    if shared is None or shared == selected:
+        return []
+    return [
+        f"**Incomplete run: the table covers the {shared} of {selected} questions that every method has finished** "
+        "(rerun the command to continue).",
+        "",
+    ]
 
 
 def write_html_report(out: str | os.PathLike, summary: list[dict], meta: dict) -> bool:
@@ -556,7 +568,9 @@ def report_meta(meta: dict) -> dict:
     return {
         "command": meta.get("command", ""),
         "data": f"{meta.get('data', {}).get('path', '')} (sha256 {meta.get('data', {}).get('sha256', '')[:12]}…)",
-        "questions": f"{meta.get('selected')} of {meta.get('data', {}).get('questions')} (limit {meta.get('limit')}, seed {meta.get('seed')})",
+        "questions": f"{meta.get('selected')} of {meta.get('data', {}).get('questions')} (limit {meta.get('limit')}, seed {meta.get('seed')})"
+        + (f"; summarized: the {meta['summarized_questions']} every method finished"
+           if meta.get("summarized_questions") not in (None, meta.get("selected")) else ""),
         "models": ", ".join(meta.get("models", [])),
         "methods": ", ".join(meta.get("methods", [])),
         "settings": ", ".join(f"{k} {settings.get(k)}" for k in shown if k in settings),
@@ -601,6 +615,16 @@ def run_evaluation(config: EvalConfig, models, progress: bool = True) -> list[di
         return _run_locked(config, loaded, out, questions_all, questions, data_sha, model_info, progress)
 
 
+def _unique_rows(rows: Iterable[dict]) -> tuple[list[dict], set[tuple[int, str]]]:
+    """The rows with each (question, method) once, first one kept (files joined by hand may repeat rows)."""
+    kept, done = [], set()
+    for row in rows:
+        if (row["qid"], row["method"]) not in done:
+            done.add((row["qid"], row["method"]))
+            kept.append(row)
+    return kept, done
+
+
 @contextlib.contextmanager
 def _folder_lock(out: Path):
     """One evaluation at a time per folder: two writers would run the same questions twice."""
@@ -621,11 +645,7 @@ def _run_locked(config, loaded, out, questions_all, questions, data_sha, model_i
     old_meta = check_compatible(out, config.fingerprint(data_sha), model_info)
 
     rows_path = out / "rows.jsonl"
-    rows, done = [], set()
-    for row in read_rows(rows_path, repair=True):
-        if (row["qid"], row["method"]) not in done:  # a duplicate (e.g. files joined by hand) counts once
-            done.add((row["qid"], row["method"]))
-            rows.append(row)
+    rows, done = _unique_rows(read_rows(rows_path, repair=True))
     labels = [s.label for s in config.methods]
     started = _now()
     meta = _meta(config, old_meta, data_sha, len(questions_all), questions, model_info, started)
@@ -663,20 +683,62 @@ def _run_locked(config, loaded, out, questions_all, questions, data_sha, model_i
         meta["runs"][-1].update(finished=_now(), new_rows=new_rows, complete=complete)
         meta["finished"] = meta["runs"][-1]["finished"]
         meta["complete"] = complete
-        summary = _write_outputs(out, rows, questions, labels, meta)
+        summary = _write_outputs(out, rows, [q.qid for q in questions], labels, meta)
         if not complete:
             print(f"Stopped after {new_rows} new run(s); rerun the same command to continue ({out}).", file=sys.stderr)
     write_html_report(out, summary, meta)
     return summary
 
 
-def _write_outputs(out: Path, rows: list[dict], questions: list[Question], labels: list[str], meta: dict) -> list[dict]:
-    selected = {q.qid for q in questions}
-    current = [r for r in rows if r["qid"] in selected and r["method"] in labels]
+def paired_questions(rows: Iterable[dict], question_ids: Iterable[int], labels: list[str]) -> list[int]:
+    """The selected questions that every method with results has finished, in selection order.
+
+    An interrupted run (or one split across processes by method) has methods at different points; comparing
+    them on different questions would mix question difficulty into the method differences, so the summary
+    covers only these shared questions until the run is complete.
+    """
+    done: dict[str, set[int]] = {}
+    for r in rows:
+        if r["method"] in labels:
+            done.setdefault(r["method"], set()).add(r["qid"])
+    if not done:
+        return []
+    shared = set.intersection(*done.values())
+    return [q for q in question_ids if q in shared]
+
+
+def _write_outputs(out: Path, rows: list[dict], question_ids: list[int], labels: list[str], meta: dict) -> list[dict]:
+    paired = set(paired_questions(rows, question_ids, labels))
+    current = [r for r in rows if r["qid"] in paired and r["method"] in labels]
+    meta["summarized_questions"] = len(paired)
     summary = summarize(current, labels)
     write_rows_csv(out / "rows.csv", _sort_rows(rows, labels))
     write_summary(out, summary, meta)
     _write_json(out / "meta.json", meta)
+    return summary
+
+
+def rebuild_report(out: str | os.PathLike) -> list[dict]:
+    """Rewrite rows.csv, summary.csv/.md and report.html of ``out`` from its rows.jsonl and meta.json, running nothing.
+
+    For folders whose rows.jsonl was joined by hand, e.g. one run split across processes by method: each
+    process resumes its own copy of the folder with part of ``--methods``, then the rows files are
+    concatenated into the folder whose meta.json lists every method (duplicate rows count once).
+    """
+    out = Path(out)
+    meta_path = out / "meta.json"
+    if not meta_path.exists():
+        raise EvaluationError(f"{out} has no meta.json: it is not an evaluation folder (made by `python -m ensemble evaluate`).")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        labels, question_ids = list(meta["methods"]), [int(q) for q in meta["question_ids"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise EvaluationError(f"{meta_path} is not an evaluation meta.json.") from exc
+    with _folder_lock(out):
+        rows, done = _unique_rows(read_rows(out / "rows.jsonl", repair=True))
+        meta["complete"] = all((q, m) in done for q in question_ids for m in labels)
+        summary = _write_outputs(out, rows, question_ids, labels, meta)
+    write_html_report(out, summary, meta)
     return summary
 
 
@@ -753,6 +815,17 @@ def _command_line() -> str:
     if argv and Path(argv[0]).name == "__main__.py" and Path(argv[0]).parent.name == "ensemble":
         return shlex.join(["python", "-m", "ensemble", *argv[1:]])
     return shlex.join(argv)
+
+
+def add_report_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("out", help="an evaluation folder (holding meta.json and rows.jsonl)")
+    p.set_defaults(func=cmd_report)
+
+
+def cmd_report(args) -> int:
+    summary = rebuild_report(args.out)
+    print(summary_markdown(summary, json.loads((Path(args.out) / "meta.json").read_text(encoding="utf-8"))), end="")
+    return 0
 
 
 def cmd_evaluate(args) -> int:

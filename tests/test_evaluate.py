@@ -7,6 +7,7 @@ import importlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ from ensemble.evaluate import (
     load_summary,
     parse_methods,
     read_rows,
+    rebuild_report,
     run_evaluation,
     select_questions,
     summarize,
@@ -382,11 +384,52 @@ def test_an_interrupted_run_keeps_its_rows_and_resumes(tmp_path, monkeypatch):
     out = tmp_path / "out"
     assert len(jsonl(out / "rows.jsonl")) == 3
     assert json.loads((out / "meta.json").read_text())["complete"] is False
-    assert [s["n"] for s in load_summary(out)] == [2, 1]  # the partial summary is written too
+    # the partial summary is written too, on the one question both methods finished (a paired comparison)
+    assert [s["n"] for s in load_summary(out)] == [1, 1]
+    assert "the 1 of 2 questions that every method has finished" in (out / "summary.md").read_text()
     finish = FakeEngine()
     monkeypatch.setattr(engine, "generate", finish)
     run_evaluation(config_for(tmp_path, data), fake_models("a", "b"), progress=False)
     assert len(finish.calls) == 1 and len(jsonl(out / "rows.jsonl")) == 4
+
+
+def test_a_run_split_by_method_joins_back_into_one_report(tmp_path, monkeypatch):
+    data = write_data(tmp_path / "q.jsonl", [(1, 2), (3, 4), (5, 6)])
+    full = config_for(tmp_path, data, methods="single:a,single:b,unite")
+    monkeypatch.setattr(engine, "generate", FakeEngine(interrupt_after=3))
+    with pytest.raises(KeyboardInterrupt):  # the full command, stopped after question 0
+        run_evaluation(full, fake_models("a", "b"), progress=False)
+    out = tmp_path / "out"
+    finish = FakeEngine()
+    monkeypatch.setattr(engine, "generate", finish)
+    parts = []
+    for i, methods in enumerate(("single:a,unite", "single:b")):  # two processes, each on a copy of the folder
+        part = tmp_path / f"part{i}"
+        shutil.copytree(out, part)
+        run_evaluation(EvalConfig(**{**vars(full), "methods": parse_methods(methods), "out": part}), fake_models("a", "b"),
+                       progress=False)
+        parts.append(part)
+    assert len(finish.calls) == 4 + 2
+    joined = b"".join((part / "rows.jsonl").read_bytes() for part in parts)  # both copies repeat the limit-1 rows
+    (out / "rows.jsonl").write_bytes(joined)
+
+    summary = rebuild_report(out)
+    assert [(s["method"], s["n"], s["correct"]) for s in summary] == [("single:a", 3, 3), ("single:b", 3, 3), ("unite", 3, 0)]
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["complete"] is True and meta["summarized_questions"] == 3
+    assert "Incomplete" not in (out / "summary.md").read_text() and (out / "report.html").exists()
+    printed = run_cli(str(out), cwd=tmp_path, command="report")
+    assert printed.returncode == 0 and "| unite | 3 | 0 | 0.0%" in printed.stdout, printed.stderr
+    with open(out / "rows.csv", encoding="utf-8", newline="") as fh:
+        assert len(list(csv.DictReader(fh))) == 9  # the repeated question-0 rows count once
+
+    (out / "rows.jsonl").write_bytes((parts[1] / "rows.jsonl").read_bytes() + (parts[0] / "rows.jsonl").read_bytes()[:200])
+    summary = rebuild_report(out)  # single:b finished, the other methods only question 0 (and a cut-off row)
+    assert [(s["method"], s["n"]) for s in summary] == [("single:a", 1), ("single:b", 1), ("unite", 1)]
+    assert json.loads((out / "meta.json").read_text())["complete"] is False
+    assert "the 1 of 3 questions that every method has finished" in (out / "summary.md").read_text()
+    with pytest.raises(EvaluationError, match=r"no meta\.json"):
+        rebuild_report(tmp_path)
 
 
 def test_missing_models_and_bad_settings_are_reported_before_running(tmp_path, fake):
@@ -459,9 +502,9 @@ def test_end_to_end_on_tiny_models(tmp_path, tiny):
 
 
 # -- command line ---------------------------------------------------------------------------------------------------
-def run_cli(*args, cwd):
+def run_cli(*args, cwd, command="evaluate"):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "ensemble", "evaluate", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ensemble", command, *args], capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=120)
 
 
@@ -480,3 +523,5 @@ def test_cli_errors_are_messages_not_tracebacks(tmp_path):
         assert message in result.stderr, (args, result.stderr)
         assert "Traceback" not in result.stderr
     assert not (tmp_path / "o").exists()  # nothing ran, nothing was written
+    result = run_cli(str(tmp_path), cwd=tmp_path, command="report")
+    assert result.returncode == 2 and "has no meta.json" in result.stderr and "Traceback" not in result.stderr
