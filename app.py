@@ -21,7 +21,7 @@ import gradio as gr
 import visual
 from ensemble.align import compare
 from ensemble.errors import EnsembleError, InputError, TraceFormatError
-from ensemble.methods import EnsembleRun, RoundEvent, TokenEvent
+from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
 from ensemble.methods.base import clean_prompt
 from ensemble.registry import DEFAULT_MODELS, EMBEDDED, GPU_PRESETS, ModelPool, resolve
 from ensemble.settings import METHODS, Settings
@@ -208,10 +208,17 @@ def run_stream(
     view[2] = visual.legend_html(method, job.trace.models)
     yield tuple(view)
     pending, last = [], 0.0
+    running = view[1]
     try:
         for event in job.events():
             if isinstance(event, TokenEvent):
                 pending.append(event.record)
+            elif isinstance(event, StatusEvent):  # SpecEM's drafts, shown while the round's vote is pending
+                view[1] = visual.safe(event.message)
+                yield tuple(view)
+                continue
+            elif isinstance(event, RoundEvent):
+                view[1] = running
             now = time.perf_counter()
             if pending and (now - last >= STREAM_INTERVAL or isinstance(event, RoundEvent)):
                 view[0] += builder.add(pending, job.run.text)

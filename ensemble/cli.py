@@ -177,7 +177,7 @@ def cmd_tokenize(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from .methods import EnsembleRun, RoundEvent, TokenEvent
+    from .methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
     from .registry import ModelPool
 
     prompt = _read(args.prompt_file, "surrogateescape") if args.prompt_file else args.prompt
@@ -204,6 +204,8 @@ def cmd_generate(args) -> int:
             if args.json or not isinstance(event, TokenEvent):
                 if isinstance(event, RoundEvent) and args.verbose and not args.json:
                     print(f"\n[round {event.record.index}: {event.record.winner} wins]", file=sys.stderr)
+                elif isinstance(event, StatusEvent) and args.verbose and not args.json:
+                    print(f"\n[{event.message}]", file=sys.stderr)
                 continue
             rec = event.record
             if rec.end <= printed:

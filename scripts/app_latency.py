@@ -4,7 +4,9 @@
 
 It serves the app in this process with warm models, presses Run through Gradio's queue protocol (the calls
 the browser makes), and reads the streamed updates. The first token counts from the request to the first
-strip update that holds a token; "bytes" are the sizes of the strip diffs Gradio sends (appends only).
+strip update that holds a token; "first draft" (SpecEM) to the first status line showing a model's draft, which
+comes before the round's vote commits a segment; "bytes" are the sizes of the strip diffs Gradio sends (appends
+only).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def press_run(root: str, method: str, models: list[str], max_new_tokens: int, pr
             "trigger_id": dep["targets"][0][0], "session_hash": session, "event_data": None}
     started = time.perf_counter()
     httpx.post(f"{root}/gradio_api/queue/join", json=body).raise_for_status()
-    first, diffs, final = None, [], ""
+    first, first_draft, diffs, final = None, None, [], ""
     with httpx.stream("GET", f"{root}/gradio_api/queue/data?session_hash={session}", timeout=600) as response:
         for line in response.iter_lines():
             if not line.startswith("data:"):
@@ -47,13 +49,16 @@ def press_run(root: str, method: str, models: list[str], max_new_tokens: int, pr
                     diffs.append(diff)
                 if first is None and any(op[0] == "append" and op[2] for op in diff):
                     first = time.perf_counter() - started
+                status = message["output"]["data"][1]  # SpecEM shows each draft there before its round's vote
+                if first_draft is None and " drafted " in json.dumps(status):
+                    first_draft = time.perf_counter() - started
             if message.get("msg") == "process_completed":
                 if not message.get("success"):
                     raise RuntimeError(f"the run failed: {message}")
                 final = message["output"]["data"][0]
                 break
     sizes = [len(json.dumps(d)) for d in diffs]
-    return {"first_token_s": first, "diffs": diffs, "final": final, "updates": len(diffs), "bytes_sent": sum(sizes),
+    return {"first_token_s": first, "first_draft_s": first_draft, "diffs": diffs, "final": final, "updates": len(diffs), "bytes_sent": sum(sizes),
             "final_strip_bytes": len(final), "largest_update": max(sizes, default=0)}
 
 
@@ -74,12 +79,15 @@ def main() -> None:
     app.launch(port=port, block=False)
     root = f"http://127.0.0.1:{port}"
     models = args.models.split(",")
-    print(f"{'method':<8} {'first token (median s)':>22} {'updates':>8} {'bytes sent':>11} {'final strip':>12} {'largest':>8}")
+    print(f"{'method':<8} {'first token (median s)':>22} {'first draft':>11} {'updates':>8} {'bytes sent':>11} {'final strip':>12} "
+          f"{'largest':>8}")
     for method in args.methods.split(","):
         runs = [press_run(root, method, models if method != "single" else models[:1], args.max_new_tokens) for _ in range(args.repeat)]
         first = statistics.median(r["first_token_s"] for r in runs)
         last = runs[-1]
-        print(f"{method:<8} {first:>22.2f} {last['updates']:>8} {last['bytes_sent']:>11} {last['final_strip_bytes']:>12} {last['largest_update']:>8}")
+        drafts = [r["first_draft_s"] for r in runs if r["first_draft_s"] is not None]
+        shown = f"{statistics.median(drafts):.2f}" if drafts else "-"
+        print(f"{method:<8} {first:>22.2f} {shown:>11} {last['updates']:>8} {last['bytes_sent']:>11} {last['final_strip_bytes']:>12} {last['largest_update']:>8}")
     app.demo.close()
 
 

@@ -71,6 +71,15 @@ def test_streaming_sends_only_new_tokens(app_url):
     assert sum(len(op[2]) for op in appends) <= len(run["final"]) + 10  # every byte of the strip is sent once
 
 
+def test_specem_shows_each_draft_before_its_round_commits(app_url):
+    """A SpecEM segment needs every model's draft and the vote; the drafts appear in the status meanwhile."""
+    from scripts.app_latency import press_run
+
+    run = press_run(app_url.rstrip("/"), "specem", ["smollm2", "gemma3"], 12, prompt="Name three colours <b>now</b>.")
+    assert run["first_draft_s"] is not None and run["first_token_s"] is not None
+    assert run["first_draft_s"] < run["first_token_s"]
+
+
 def test_results_view_opens_an_evaluation_summary(tmp_path):
     import app
     from ensemble.evaluate import SUMMARY_FIELDS

@@ -8,7 +8,7 @@ import torch
 from ensemble.errors import SettingsError
 from ensemble.fusion import Fuser, heuristic_sharpen
 from ensemble.keys import KeyTable
-from ensemble.methods import EnsembleRun, RoundEvent, generate
+from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, generate
 from ensemble.methods.specem import hedge_rewards, hedge_update, verifier_scores, word_cut
 from ensemble.settings import Settings
 
@@ -248,11 +248,18 @@ def test_embedded_verify_in_line_equals_separate_scoring(embedded, name):
 def test_specem_caches_match_a_full_recompute_after_rounds(tiny):
     models = [tiny["qwen"], tiny["smollm2"], tiny["gemma3"]]
     job = EnsembleRun(models, PROMPT, "specem", Settings(max_new_tokens=36, segment_len=6, stop_strings=[]))
-    rounds = 0
+    rounds, drafts = 0, []
     for event in job.events():
+        if isinstance(event, StatusEvent):  # each draft is shown as soon as it exists, before the vote
+            drafts.append(event.data)
+            assert event.data["round"] == rounds and not job.trace.rounds[rounds:]
         if isinstance(event, RoundEvent):
             rounds += 1
             record = event.record
+            assert [d["waiting"] for d in drafts] == [["tiny-smollm2", "tiny-gemma3"], ["tiny-gemma3"], []]
+            assert drafts[-1]["drafts"] == {c["model"]: c["text"] for c in record.candidates}
+            assert drafts[0]["drafts"] == {record.candidates[0]["model"]: record.candidates[0]["text"]}
+            drafts = []
             assert len(record.scores) == 3 and all(len(row) == len(record.candidates) for row in record.scores)
             assert sum(record.weights_after.values()) == pytest.approx(1.0)
             winner = job.adapters[[a.name for a in job.adapters].index(record.winner)]

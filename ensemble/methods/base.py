@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -28,7 +28,13 @@ class RoundEvent:
 
 @dataclass
 class StatusEvent:
+    """Progress inside a step that commits nothing yet (SpecEM's drafts before the round's vote).
+
+    ``message`` holds model output: escape it wherever it is rendered. ``data`` is the same as fields.
+    """
+
     message: str
+    data: dict = field(default_factory=dict)
 
 
 def clean_prompt(prompt) -> tuple[str, list[str]]:

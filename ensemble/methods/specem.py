@@ -23,7 +23,7 @@ import torch
 from ..adapter import ModelAdapter
 from ..keys import EOS_KEY
 from ..trace import RoundRecord
-from .base import Chooser, Run
+from .base import Chooser, Run, StatusEvent
 
 
 def _no_space_script(ch: str) -> bool:
@@ -95,6 +95,19 @@ def verifier_scores(token_scores: list[tuple[list[float], list[float]]], scoring
     return torch.softmax(means, dim=0).tolist()
 
 
+def _drafts_status(index: int, candidates: list[dict], drafters: list[str]) -> StatusEvent:
+    """What the round has drafted so far: a segment is only committed after every draft and the vote, so
+    this is what a viewer can see meanwhile (the first round takes every model's drafting time)."""
+    done = [c["model"] for c in candidates]
+    waiting = [n for n in drafters if n not in done]
+    shown = "; ".join(f"{c['model']} drafted {c['text'][:80]!r}" + ("…" if len(c["text"]) > 80 else "") for c in candidates)
+    tail = f"; {waiting[0]} drafting…" if waiting else "; verifying…"
+    return StatusEvent(
+        f"Round {index}: {shown}{tail}",
+        {"round": index, "drafts": {c["model"]: c["text"] for c in candidates}, "waiting": waiting},
+    )
+
+
 def run_specem(run: Run, recompute_context: bool = False) -> Iterator:
     """SpecEM rounds until a winning EOS, a stop string or the budget. ``recompute_context`` drops every cache
     each round, like the released code (the bench's no-cache baseline)."""
@@ -145,6 +158,7 @@ def run_specem(run: Run, recompute_context: bool = False) -> Iterator:
             if len(d.ids) == first and not eos:
                 continue  # nothing drafted (cannot happen with a budget left; kept for safety)
             candidates.append({"model": d.name, "text": d.text[base:], "eos": eos, "ids": list(d.ids), "first": first})
+            yield _drafts_status(round_number - 1, candidates, [x.name for x in drafters])
         stats.draft_tokens += sum(len(c["ids"]) - c["first"] for c in candidates)
         timings["draft_s"] = round(time.perf_counter() - t0, 4)
         if not candidates:
