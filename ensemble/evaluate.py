@@ -28,6 +28,7 @@ import platform
 import random
 import re
 import shlex
+import signal
 import sys
 import time
 from collections.abc import Iterable, Mapping
@@ -828,6 +829,25 @@ def cmd_report(args) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """SIGTERM (``kill PID``) stops an evaluation like Ctrl-C: its rows are kept and the partial summary is
+    written. A run started in the background by a shell cannot be stopped with SIGINT, which such a shell
+    makes it ignore."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def cmd_evaluate(args) -> int:
     from .cli import _models_arg, settings_from_args
     from .errors import UnknownModelError
@@ -852,6 +872,7 @@ def cmd_evaluate(args) -> int:
     loaded = {name: pool.get(name) for name in config.model_names()}
     selected = len(select_questions(questions, config.limit, settings.seed))
     print(f"evaluating {len(specs)} method(s) on {selected} question(s) into {config.out}", file=sys.stderr)
-    summary = run_evaluation(config, loaded, progress=not args.no_progress)
+    with _terminate_as_interrupt():
+        summary = run_evaluation(config, loaded, progress=not args.no_progress)
     print(summary_markdown(summary, json.loads((Path(config.out) / "meta.json").read_text(encoding="utf-8"))), end="")
     return 0

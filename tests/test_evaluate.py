@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -525,3 +526,29 @@ def test_cli_errors_are_messages_not_tracebacks(tmp_path):
     assert not (tmp_path / "o").exists()  # nothing ran, nothing was written
     result = run_cli(str(tmp_path), cwd=tmp_path, command="report")
     assert result.returncode == 2 and "has no meta.json" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.embedded
+def test_kill_stops_a_background_evaluation_and_writes_its_summary(tmp_path):
+    """SIGTERM (what `kill PID` sends; a background job of a shell ignores Ctrl-C's SIGINT) ends the run cleanly."""
+    data = write_data(tmp_path / "q.jsonl", [(i, i + 1) for i in range(6)])
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = tmp_path / "o"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ensemble", "evaluate", "--data", str(data), "--methods", "single:smollm2",
+         "--max-new-tokens", "48", "--out", str(out), "--no-progress"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not ((out / "rows.jsonl").exists() and (out / "rows.jsonl").read_text().strip()):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.terminate()
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Stopped after" in stderr and "Traceback" not in stderr
+    rows = jsonl(out / "rows.jsonl")
+    assert 1 <= len(rows) < 6
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["complete"] is False and meta["runs"][-1]["new_rows"] == len(rows)
+    assert f"| single:smollm2 | {len(rows)} |" in (out / "summary.md").read_text()
