@@ -372,6 +372,9 @@ def import_trace(file, request: gr.Request):
 
 
 # -- results tab ----------------------------------------------------------------------------------------------
+COMMITTED_RESULTS = Path(__file__).resolve().parent / "docs" / "results" / "gsm8k-summary.csv"
+
+
 def show_results(file):
     if file is None:
         return "<p>Upload the summary.csv written by <code>python -m ensemble evaluate</code>.</p>", None, None
@@ -531,6 +534,8 @@ def build_app() -> gr.Blocks:
             with gr.Tab("Results", id="results"):
                 gr.Markdown("Open the `summary.csv` written by `python -m ensemble evaluate` (accuracy, E/T, speed per method).")
                 results_file = gr.File(label="summary.csv", file_types=[".csv"], type="filepath", elem_id="results-file")
+                results_ours = gr.Button("Open this project's GSM8K run (docs/results.md)", size="sm",
+                                         visible=COMMITTED_RESULTS.exists())
                 results_view = gr.HTML(elem_id="results-view")
                 with gr.Row():
                     results_plot_a = gr.Plot(label="Accuracy vs seconds per question")
@@ -574,6 +579,8 @@ def build_app() -> gr.Blocks:
         upload.upload(import_trace, inputs=[upload], outputs=run_outputs, api_visibility="private")
         results_file.upload(show_results, inputs=[results_file], outputs=[results_view, results_plot_a, results_plot_b],
                             api_visibility="private")
+        results_ours.click(lambda: show_results(str(COMMITTED_RESULTS)), outputs=[results_view, results_plot_a, results_plot_b],
+                           api_visibility="private")
         gr.api(run_ensemble, api_name="run_ensemble", concurrency_id="engine", concurrency_limit=RUN_CONCURRENCY)
         gr.api(tokenize, api_name="tokenize", concurrency_id="tokenize", concurrency_limit=4)
         demo.load(tokenize_view, inputs=[tok_text, tok_models, tok_ws], outputs=[tok_view, tok_counts], api_visibility="private")

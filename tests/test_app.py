@@ -93,6 +93,8 @@ def test_results_view_opens_an_evaluation_summary(tmp_path):
     html, scatter, bars = app.show_results(str(path))
     assert "safe-unite" in html and "single:qwen" in html
     assert scatter is not None and bars is not None
+    html, scatter, bars = app.show_results(str(app.COMMITTED_RESULTS))  # the run docs/results.md describes
+    assert all(m in html for m in ("single:qwen", "unite", "safe-gac", "specem")) and scatter is not None
     bad = tmp_path / "bad.csv"
     bad.write_text("not,a,summary\n1,2,3\n")
     html, scatter, bars = app.show_results(str(bad))
