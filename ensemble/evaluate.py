@@ -823,10 +823,13 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_report)
 
 
-def cmd_report(args) -> int:
-    summary = rebuild_report(args.out)
-    print(summary_markdown(summary, json.loads((Path(args.out) / "meta.json").read_text(encoding="utf-8"))), end="")
+def _print_summary(out: str | os.PathLike, summary: list[dict]) -> int:
+    print(summary_markdown(summary, json.loads((Path(out) / "meta.json").read_text(encoding="utf-8"))), end="")
     return 0
+
+
+def cmd_report(args) -> int:
+    return _print_summary(args.out, rebuild_report(args.out))
 
 
 @contextlib.contextmanager
@@ -874,5 +877,4 @@ def cmd_evaluate(args) -> int:
     print(f"evaluating {len(specs)} method(s) on {selected} question(s) into {config.out}", file=sys.stderr)
     with _terminate_as_interrupt():
         summary = run_evaluation(config, loaded, progress=not args.no_progress)
-    print(summary_markdown(summary, json.loads((Path(config.out) / "meta.json").read_text(encoding="utf-8"))), end="")
-    return 0
+    return _print_summary(config.out, summary)
