@@ -47,13 +47,16 @@ ENSEMBLE_SPECS = {"unite": ("unite", None), "gac": ("gac", None), "safe-unite": 
 SPEC_HELP = "single:NAME, " + ", ".join(ENSEMBLE_SPECS)
 
 ROW_FIELDS = ["qid", "method", "prediction", "gold", "correct", "tokens", "et_ratio", "latency_s", "tokens_per_s",
-              "stop_reason", "corrupted", "error", "question", "text"]
+              "stop_reason", "corrupted", "looping", "error", "question", "text"]
 SUMMARY_FIELDS = ["method", "n", "correct", "accuracy", "ci_low", "ci_high", "mean_et", "tokens_per_s",
-                  "s_per_question", "corruption_rate", "mean_tokens"]
+                  "s_per_question", "corruption_rate", "mean_tokens", "loop_rate", "budget_rate"]
+OPTIONAL_SUMMARY_FIELDS = ("loop_rate", "budget_rate")
+"""Added after the first summaries were written: a summary.csv without them still opens (shown as "–")."""
 _INT_FIELDS = ("n", "correct")
 MAX_SUMMARY_BYTES = 5 * 1024 * 1024
 Z_95 = 1.959963984540054
 _CORRUPT_RUN = re.compile(r"(\S)\1{7,}")
+LOOP_WORDS, LOOP_REPEATS = 8, 4
 
 
 class EvaluationError(EnsembleError):
@@ -177,6 +180,29 @@ def is_corrupted(text: str) -> bool:
     return "\ufffd" in text or _CORRUPT_RUN.search(text) is not None
 
 
+def is_looping(text: str, words: int = LOOP_WORDS, repeats: int = LOOP_REPEATS) -> bool:
+    """A phrase loop: one sequence of ``words`` whitespace-separated words occurs ``repeats`` or more times.
+
+    Degenerate ensembles rarely emit broken characters (``is_corrupted``); they repeat a sentence with small
+    changes ("3. The number of bags ... is 110 cups." / "4. The number of bags ... is 110 cups." ...). On the
+    GSM8K run in docs/results.md, 8 words 4 times flags 1 of 35 single-qwen answers and most ensemble ones.
+    """
+    tokens = text.split()
+    counts: dict[tuple[str, ...], int] = {}
+    for i in range(len(tokens) - words + 1):
+        gram = tuple(tokens[i : i + words])
+        counts[gram] = counts.get(gram, 0) + 1
+        if counts[gram] >= repeats:
+            return True
+    return False
+
+
+def _looping(row: dict) -> bool:
+    """A row's loop flag; rows written before the flag existed get it from their text."""
+    value = row.get("looping")
+    return bool(value) if value is not None else is_looping(row.get("text") or "")
+
+
 # -- summary ------------------------------------------------------------------------------------------------
 def wilson_interval(correct: int, n: int, z: float = Z_95) -> tuple[float, float]:
     """The Wilson score interval of a proportion (95% by default); (0, 1) when n is 0."""
@@ -222,6 +248,8 @@ def summarize(rows: Iterable[dict], methods: list[str] | None = None) -> list[di
                 "s_per_question": round(latency / n, 4),
                 "corruption_rate": round(sum(1 for r in group if r["corrupted"]) / n, 6),
                 "mean_tokens": round(tokens / n, 4),
+                "loop_rate": round(sum(1 for r in group if _looping(r)) / n, 6),
+                "budget_rate": round(sum(1 for r in group if r.get("stop_reason") == "budget") / n, 6),
             }
         )
     return out
@@ -245,7 +273,7 @@ def load_summary(path_or_dir: str | os.PathLike) -> list[dict]:
     except csv.Error as exc:
         raise EvaluationError(f"{path} is not a readable CSV file: {exc}.") from exc
     header = [c.strip() for c in table[0]] if table else []
-    missing = [c for c in SUMMARY_FIELDS if c not in header]
+    missing = [c for c in SUMMARY_FIELDS if c not in header and c not in OPTIONAL_SUMMARY_FIELDS]
     if missing:
         raise EvaluationError(f"{path} is not an evaluation summary: missing column(s) {', '.join(missing)}.")
     out = []
@@ -259,6 +287,8 @@ def load_summary(path_or_dir: str | os.PathLike) -> list[dict]:
         if not row["method"]:
             raise EvaluationError(f"{path} line {line}: the method is empty.")
         for col in SUMMARY_FIELDS[1:]:
+            if col not in raw:
+                continue  # an optional column of an older summary
             value = raw[col].strip()
             try:
                 number = int(value) if col in _INT_FIELDS else float(value)
@@ -455,8 +485,10 @@ def _parse_row(line: bytes) -> dict | None:
         return None
     if not isinstance(row, dict) or not isinstance(row.get("qid"), int) or not isinstance(row.get("method"), str):
         return None
-    if any(k not in row for k in ROW_FIELDS):
+    if any(k not in row for k in ROW_FIELDS if k != "looping"):
         return None
+    if "looping" not in row:  # written before the loop flag existed: derive it from the text
+        row["looping"] = is_looping(row["text"] if isinstance(row["text"], str) else "")
     return row
 
 
@@ -477,6 +509,7 @@ def make_row(question: Question, label: str, trace=None, error: str | None = Non
         "tokens_per_s": stats.tokens_per_s if stats else 0.0,
         "stop_reason": stats.stop_reason if stats else "error",
         "corrupted": is_corrupted(text),
+        "looping": is_looping(text),
         "error": error or (trace.error if trace is not None else None),
         "question": question.question,
         "text": text,
@@ -524,17 +557,19 @@ def summary_markdown(summary: list[dict], meta: dict) -> str:
         f"- instruction appended to each question: \"{meta.get('instruction', INSTRUCTION)}\"",
         f"- command: `{meta.get('command', '')}`",
         "",
-        "| method | n | correct | accuracy (95% Wilson CI) | mean E/T | tokens/s | s/question | corrupted | mean tokens |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---:|",
+        "| method | n | correct | accuracy (95% Wilson CI) | mean E/T | tokens/s | s/question | corrupted | phrase loops "
+        "| budget reached | mean tokens |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in summary:
         lines.append(
             f"| {r['method']} | {r['n']} | {r['correct']} | {100 * r['accuracy']:.1f}% "
             f"({100 * r['ci_low']:.1f}–{100 * r['ci_high']:.1f}%) | {r['mean_et']:.3f} | {r['tokens_per_s']:.2f} | "
-            f"{r['s_per_question']:.2f} | {100 * r['corruption_rate']:.1f}% | {r['mean_tokens']:.1f} |"
+            f"{r['s_per_question']:.2f} | {100 * r['corruption_rate']:.1f}% | {100 * r['loop_rate']:.1f}% | "
+            f"{100 * r['budget_rate']:.1f}% | {r['mean_tokens']:.1f} |"
         )
     if not summary:
-        lines.append("| (no results yet) | | | | | | | | |")
+        lines.append("| (no results yet) | | | | | | | | | | |")
     return "\n".join(lines) + "\n"
 
 

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
+import visual
 from ensemble import methods as engine
 from ensemble.answers import extract_answer, same_number
 from ensemble.errors import InputError
@@ -26,6 +27,7 @@ from ensemble.evaluate import (
     EvaluationError,
     build_prompt,
     is_corrupted,
+    is_looping,
     load_questions,
     load_summary,
     parse_methods,
@@ -163,6 +165,35 @@ def test_prompt_carries_the_instruction():
     assert "The answer is" in INSTRUCTION
 
 
+# Real outputs from the GSM8K run in docs/results.md (question 76): SAFE-UniTE's answer fell into a loop that
+# the character-level corruption flag cannot see; qwen's own answer repeats phrases, but never 4 times.
+SAFE_LOOP = """To solve this problem, we need to determine the number of bags of dog food Cecilia will use in the first year.
+1. First, we need to calculate the number of bags of dog food Cecilia will use in the first year.
+2. The first year is 180 days.
+3. The number of bags of dog food Cecilia will use in the first year is 110 cups.
+4. The number of bags of dog food Cecilia will use in the first year is 110 cups.
+5. The number of bags of dog food Cecilia will use in the first year is 110 cups."""
+QWEN_STEPS = """To determine how many bags of dog food Cecilia will use in the first year, we need to follow these steps:
+
+1. Calculate the total number of days in the first year.
+2. Determine how many days the puppy has been fed in the first year.
+3. Calculate the number of bags of dog food needed based on the number of days fed.
+
+First, we know that there are 365 days in a year. Therefore, the total number of days in the first year is:
+\\[ 365 \\]
+
+Next, we know that the puppy has been fed for 180 days. Therefore, the number of days the puppy has been fed in the first year is:
+\\[ 180 \\]"""
+
+
+def test_phrase_loop_flag_on_real_outputs():
+    assert is_looping(SAFE_LOOP) and not is_corrupted(SAFE_LOOP)
+    assert not is_looping(QWEN_STEPS)
+    assert not is_looping(SAFE_LOOP.rsplit("\n", 2)[0])  # two numbered repeats plus the header lines: 3 times
+    assert is_looping("a b c d e f g h " * 4) and not is_looping("a b c d e f g h " * 3 + "a b c d e f g")
+    assert not is_looping("")
+
+
 def test_corruption_flag():
     assert is_corrupted("ok \ufffd ok")
     assert is_corrupted("The answer is!!!!!!!!")
@@ -186,15 +217,16 @@ def test_wilson_interval_hand_computed():
 
 
 def test_summary_arithmetic():
-    def row(method, correct, tokens, latency, et, corrupted):
-        return {"method": method, "correct": correct, "tokens": tokens, "latency_s": latency, "et_ratio": et, "corrupted": corrupted}
+    def row(method, correct, tokens, latency, et, corrupted, stop="eos", **extra):
+        return {"method": method, "correct": correct, "tokens": tokens, "latency_s": latency, "et_ratio": et,
+                "corrupted": corrupted, "stop_reason": stop, **extra}
 
     rows = [
-        row("safe-unite", True, 100, 10.0, 0.10, False),
-        row("single:qwen", True, 50, 1.0, 0.0, False),
-        row("safe-unite", False, 60, 2.0, 0.05, True),
-        row("safe-unite", True, 40, 4.0, 0.00, False),
-        row("single:qwen", False, 30, 3.0, 0.0, True),
+        row("safe-unite", True, 100, 10.0, 0.10, False, "budget", looping=True),
+        row("single:qwen", True, 50, 1.0, 0.0, False, text=SAFE_LOOP),  # an older row: the flag comes from its text
+        row("safe-unite", False, 60, 2.0, 0.05, True, "budget", looping=False, text=SAFE_LOOP),  # the row's flag wins
+        row("safe-unite", True, 40, 4.0, 0.00, False, looping=False),
+        row("single:qwen", False, 30, 3.0, 0.0, True, "budget", text=QWEN_STEPS),
     ]
     summary = summarize(rows, ["single:qwen", "safe-unite", "specem"])
     assert [s["method"] for s in summary] == ["single:qwen", "safe-unite"]  # specem has no rows
@@ -210,6 +242,8 @@ def test_summary_arithmetic():
     # half 1.959964 * sqrt(0.222222 / 3 + 3.841459 / 36) / 2.280486 = 1.959964 * 0.425183 / 2.280486 = 0.365424
     assert safe["ci_low"] == pytest.approx(0.207660, abs=1e-5) and safe["ci_high"] == pytest.approx(0.938508, abs=1e-5)
     assert (single["n"], single["correct"], single["tokens_per_s"], single["corruption_rate"]) == (2, 1, 20.0, 0.5)
+    assert (safe["loop_rate"], safe["budget_rate"]) == (pytest.approx(1 / 3, abs=1e-6), pytest.approx(2 / 3, abs=1e-6))
+    assert (single["loop_rate"], single["budget_rate"]) == (0.5, 0.5)
     assert set(single) == set(SUMMARY_FIELDS)
 
 
@@ -228,15 +262,21 @@ def test_load_summary_round_trip_and_errors(tmp_path, fake):
     with pytest.raises(EvaluationError, match=r"missing column.*accuracy"):
         load_summary(bad)
     header = ",".join(SUMMARY_FIELDS)
-    bad.write_text(f"{header}\nunite,3,2,abc,0,1,0,1,1,0,5\n", encoding="utf-8")
+    bad.write_text(f"{header}\nunite,3,2,abc,0,1,0,1,1,0,5,0,0\n", encoding="utf-8")
     with pytest.raises(EvaluationError, match="line 2: accuracy must be a number"):
         load_summary(bad)
-    bad.write_text(f"{header}\nunite,3,5,1,0,1,0,1,1,0,5\n", encoding="utf-8")
+    bad.write_text(f"{header}\nunite,3,5,1,0,1,0,1,1,0,5,0,0\n", encoding="utf-8")
     with pytest.raises(EvaluationError, match=r"correct .5. is larger than n .3."):
         load_summary(bad)
     bad.write_text(f"{header}\nunite,3,2,1,0\n", encoding="utf-8")
     with pytest.raises(EvaluationError, match="line 2 has 5 fields"):
         load_summary(bad)
+    # A summary written before the loop and budget columns existed still opens; those values are absent.
+    old = [c for c in SUMMARY_FIELDS if c not in ("loop_rate", "budget_rate")]
+    bad.write_text(",".join(old) + "\nunite,3,2,0.666667,0.2,0.9,1,3.5,20,0,200\n", encoding="utf-8")
+    (row,) = load_summary(bad)
+    assert row["correct"] == 2 and row["mean_tokens"] == 200.0 and "loop_rate" not in row
+    assert "<td class=\"el-num\">–</td>" in visual.results_html([row])
     bad.write_bytes(b"\xff\xfe\x00junk")
     with pytest.raises(EvaluationError, match="not UTF-8"):
         load_summary(bad)
@@ -254,9 +294,11 @@ def test_rows_outputs_and_meta(tmp_path, fake):
     assert rows[0]["prediction"] == "3" and rows[0]["gold"] == "3" and rows[1]["prediction"] == "4"
     assert summary == [
         {"method": "single:a", "n": 3, "correct": 3, "accuracy": 1.0, "ci_low": pytest.approx(0.438503, abs=1e-5),
-         "ci_high": 1.0, "mean_et": 0.0, "tokens_per_s": 5.0, "s_per_question": 2.0, "corruption_rate": 0.0, "mean_tokens": 10.0},
+         "ci_high": 1.0, "mean_et": 0.0, "tokens_per_s": 5.0, "s_per_question": 2.0, "corruption_rate": 0.0, "mean_tokens": 10.0,
+         "loop_rate": 0.0, "budget_rate": 0.0},
         {"method": "unite", "n": 3, "correct": 0, "accuracy": 0.0, "ci_low": 0.0, "ci_high": pytest.approx(0.561497, abs=1e-5),
-         "mean_et": 0.5, "tokens_per_s": 5.0, "s_per_question": 2.0, "corruption_rate": 0.0, "mean_tokens": 10.0},
+         "mean_et": 0.5, "tokens_per_s": 5.0, "s_per_question": 2.0, "corruption_rate": 0.0, "mean_tokens": 10.0,
+         "loop_rate": 0.0, "budget_rate": 0.0},
     ]
     with open(out / "rows.csv", encoding="utf-8", newline="") as fh:
         csv_rows = list(csv.DictReader(fh))
@@ -312,6 +354,9 @@ def test_read_rows_repairs_only_the_tail(tmp_path):
     path.write_text(json.dumps(one) + "\n{broken\n" + json.dumps(two) + "\n", encoding="utf-8")
     with pytest.raises(EvaluationError, match="line 2 is not a valid result row"):
         read_rows(path)
+    # Rows written before the loop flag existed are still valid; the flag is derived from their text.
+    path.write_text(json.dumps(dict(one, text=SAFE_LOOP)) + "\n" + json.dumps(dict(two, text="ok")) + "\n", encoding="utf-8")
+    assert [r["looping"] for r in read_rows(path)] == [True, False]
 
 
 def test_resume_refuses_settings_that_would_mix_results(tmp_path, fake):
@@ -471,7 +516,7 @@ def test_end_to_end_on_tiny_models(tmp_path, tiny):
         assert r["error"] is None
         assert r["prediction"] == extract_answer(r["text"])
         assert r["correct"] == same_number(r["prediction"], r["gold"])
-        assert r["corrupted"] == is_corrupted(r["text"])
+        assert r["corrupted"] == is_corrupted(r["text"]) and r["looping"] == is_looping(r["text"])
         assert r["gold"] == {0: "13", 1: "3", 2: "10", 3: "1"}[r["qid"]]
         assert r["et_ratio"] == 0.0 if r["method"] in ("single:tiny-smollm2", "specem") else 0.0 <= r["et_ratio"] <= 1.0
     assert all(r["et_ratio"] == 1.0 for r in rows if r["method"] == "unite")  # every-token fusion fuses every step

@@ -1,7 +1,8 @@
 """The evaluation report: accuracy against cost per method, E/T per method, and a standalone HTML file.
 
 Summary rows are dicts with the keys ``method, n, correct, accuracy, ci_low, ci_high, mean_et, tokens_per_s,
-s_per_question, corruption_rate, mean_tokens`` (accuracy and its interval as fractions in [0, 1]).
+s_per_question, corruption_rate, mean_tokens`` and, in newer summaries, ``loop_rate, budget_rate`` (accuracy, its
+interval and the rates as fractions in [0, 1]; a missing value shows as "–").
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ COLUMNS = [
     ("tokens_per_s", "tokens/s", 2),
     ("s_per_question", "s / question", 2),
     ("corruption_rate", "corruption rate", 3),
+    ("loop_rate", "phrase-loop rate", 3),
+    ("budget_rate", "budget reached", 3),
     ("mean_tokens", "mean tokens", 1),
 ]
 
@@ -69,6 +72,7 @@ def _hover(row: dict) -> str:
             ("s/question", _cell(row, "s_per_question", 2)),
             ("mean E/T", _cell(row, "mean_et", 3)),
             ("tokens/s", _cell(row, "tokens_per_s", 2)),
+            ("phrase loops", _pct(row.get("loop_rate"))),
         ]
     )
 
