@@ -47,7 +47,9 @@ ENSEMBLE_SPECS = {"unite": ("unite", None), "gac": ("gac", None), "safe-unite": 
 SPEC_HELP = "single:NAME, " + ", ".join(ENSEMBLE_SPECS)
 
 ROW_FIELDS = ["qid", "method", "prediction", "gold", "correct", "tokens", "et_ratio", "latency_s", "tokens_per_s",
-              "stop_reason", "corrupted", "looping", "error", "question", "text"]
+              "stop_reason", "corrupted", "looping", "error", "question", "text", "segment_wins", "final_weights"]
+_LATER_ROW_FIELDS = ("looping", "segment_wins", "final_weights")
+"""Row fields added after the first runs; older rows without them stay valid."""
 SUMMARY_FIELDS = ["method", "n", "correct", "accuracy", "ci_low", "ci_high", "mean_et", "tokens_per_s",
                   "s_per_question", "corruption_rate", "mean_tokens", "loop_rate", "budget_rate"]
 OPTIONAL_SUMMARY_FIELDS = ("loop_rate", "budget_rate")
@@ -485,7 +487,7 @@ def _parse_row(line: bytes) -> dict | None:
         return None
     if not isinstance(row, dict) or not isinstance(row.get("qid"), int) or not isinstance(row.get("method"), str):
         return None
-    if any(k not in row for k in ROW_FIELDS if k != "looping"):
+    if any(k not in row for k in ROW_FIELDS if k not in _LATER_ROW_FIELDS):
         return None
     if "looping" not in row:  # written before the loop flag existed: derive it from the text
         row["looping"] = is_looping(row["text"] if isinstance(row["text"], str) else "")
@@ -513,7 +515,21 @@ def make_row(question: Question, label: str, trace=None, error: str | None = Non
         "error": error or (trace.error if trace is not None else None),
         "question": question.question,
         "text": text,
+        **_segment_outcome(trace),
     }
+
+
+def _segment_outcome(trace) -> dict:
+    """For a segment method (SpecEM): how many segments each model's draft won, and the Hedge weights after the
+    last round, the paper's claim being that weight moves toward the stronger model. None for other methods."""
+    rounds = [r for r in (trace.rounds if trace is not None else []) if r.weights_after]
+    if not rounds:
+        return {"segment_wins": None, "final_weights": None}
+    wins = {name: 0 for name in rounds[-1].weights_after}
+    for r in rounds:
+        if r.winner in wins:
+            wins[r.winner] += 1
+    return {"segment_wins": wins, "final_weights": dict(rounds[-1].weights_after)}
 
 
 def _append_row(fh, row: dict) -> None:
@@ -532,20 +548,45 @@ def write_rows_csv(path: str | os.PathLike, rows: list[dict]) -> None:
         writer = csv.DictWriter(fh, fieldnames=ROW_FIELDS, extrasaction="ignore")
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in ROW_FIELDS})
+            writer.writerow({k: _csv_cell(row.get(k)) for k in ROW_FIELDS})
 
 
-def write_summary(out: str | os.PathLike, summary: list[dict], meta: dict) -> None:
-    """``summary.csv`` (machine-readable, see :func:`load_summary`) and ``summary.md`` (for people)."""
+def _csv_cell(value):
+    if value is None:
+        return ""
+    return json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else value
+
+
+def segment_summary(rows: Iterable[dict]) -> dict[str, dict]:
+    """Per segment method (rows with ``final_weights``): questions, segments won per model (summed) and each
+    model's Hedge weight after the last round (mean over questions)."""
+    out: dict[str, dict] = {}
+    for row in rows:
+        weights, wins = row.get("final_weights"), row.get("segment_wins")
+        if not isinstance(weights, dict) or not weights:
+            continue
+        entry = out.setdefault(row["method"], {"questions": 0, "wins": {}, "weight_sum": {}})
+        entry["questions"] += 1
+        for name, w in weights.items():
+            entry["weight_sum"][name] = entry["weight_sum"].get(name, 0.0) + float(w)
+            entry["wins"][name] = entry["wins"].get(name, 0) + int((wins or {}).get(name, 0))
+    for entry in out.values():
+        entry["mean_final_weight"] = {n: round(w / entry["questions"], 4) for n, w in entry.pop("weight_sum").items()}
+    return out
+
+
+def write_summary(out: str | os.PathLike, summary: list[dict], meta: dict, rows: list[dict] | None = None) -> None:
+    """``summary.csv`` (machine-readable, see :func:`load_summary`) and ``summary.md`` (for people; with the rows,
+    also a table of segment wins and final weights for SpecEM)."""
     out = Path(out)
     with open(out / "summary.csv", "w", encoding="utf-8", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=SUMMARY_FIELDS)
         writer.writeheader()
         writer.writerows(summary)
-    (out / "summary.md").write_text(summary_markdown(summary, meta), encoding="utf-8")
+    (out / "summary.md").write_text(summary_markdown(summary, meta, segment_summary(rows or [])), encoding="utf-8")
 
 
-def summary_markdown(summary: list[dict], meta: dict) -> str:
+def summary_markdown(summary: list[dict], meta: dict, segments: dict[str, dict] | None = None) -> str:
     s = meta.get("settings", {})
     lines = [
         f"# Evaluation: {Path(meta.get('data', {}).get('path', 'data')).name}, {meta.get('selected', '?')} questions",
@@ -570,6 +611,13 @@ def summary_markdown(summary: list[dict], meta: dict) -> str:
         )
     if not summary:
         lines.append("| (no results yet) | | | | | | | | | | |")
+    if segments:
+        lines += ["", "Segment ensembles: segments each model's draft won, and its Hedge weight after the last round "
+                  "(mean over questions; equal weights at the start).", "",
+                  "| method | questions | model | segments won | mean final weight |", "|---|---:|---|---:|---:|"]
+        for method, entry in segments.items():
+            for name, weight in entry["mean_final_weight"].items():
+                lines.append(f"| {method} | {entry['questions']} | {name} | {entry['wins'].get(name, 0)} | {weight:.3f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -749,7 +797,7 @@ def _write_outputs(out: Path, rows: list[dict], question_ids: list[int], labels:
     meta["summarized_questions"] = len(paired)
     summary = summarize(current, labels)
     write_rows_csv(out / "rows.csv", _sort_rows(rows, labels))
-    write_summary(out, summary, meta)
+    write_summary(out, summary, meta, current)
     _write_json(out / "meta.json", meta)
     return summary
 
@@ -859,7 +907,12 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _print_summary(out: str | os.PathLike, summary: list[dict]) -> int:
-    print(summary_markdown(summary, json.loads((Path(out) / "meta.json").read_text(encoding="utf-8"))), end="")
+    """Print the summary.md just written (it also has the segment table, which needs the rows)."""
+    path = Path(out) / "summary.md"
+    if path.exists():
+        print(path.read_text(encoding="utf-8"), end="")
+    else:
+        print(summary_markdown(summary, json.loads((Path(out) / "meta.json").read_text(encoding="utf-8"))), end="")
     return 0
 
 

@@ -34,6 +34,7 @@ from ensemble.evaluate import (
     read_rows,
     rebuild_report,
     run_evaluation,
+    segment_summary,
     select_questions,
     summarize,
     wilson_interval,
@@ -247,6 +248,17 @@ def test_summary_arithmetic():
     assert set(single) == set(SUMMARY_FIELDS)
 
 
+def test_segment_summary_arithmetic():
+    rows = [
+        {"method": "specem", "segment_wins": {"a": 3, "b": 1}, "final_weights": {"a": 0.7, "b": 0.3}},
+        {"method": "specem", "segment_wins": {"a": 0, "b": 2}, "final_weights": {"a": 0.4, "b": 0.6}},
+        {"method": "unite", "segment_wins": None, "final_weights": None},
+        {"method": "safe-unite"},  # an older row without the fields
+    ]
+    assert segment_summary(rows) == {"specem": {"questions": 2, "wins": {"a": 3, "b": 3}, "mean_final_weight": {"a": 0.55, "b": 0.45}}}
+    assert segment_summary(rows[2:]) == {}
+
+
 def test_load_summary_round_trip_and_errors(tmp_path, fake):
     data = write_data(tmp_path / "q.jsonl", [(1, 2), (3, 4)])
     summary = run_evaluation(config_for(tmp_path, data), fake_models("a", "b"), progress=False)
@@ -303,6 +315,7 @@ def test_rows_outputs_and_meta(tmp_path, fake):
     with open(out / "rows.csv", encoding="utf-8", newline="") as fh:
         csv_rows = list(csv.DictReader(fh))
     assert [(int(r["qid"]), r["method"], r["text"]) for r in csv_rows] == [(r["qid"], r["method"], r["text"]) for r in rows]
+    assert [json.loads(c["final_weights"]) if c["final_weights"] else None for c in csv_rows] == [r["final_weights"] for r in rows]
     meta = json.loads((out / "meta.json").read_text())
     assert meta["instruction"] == INSTRUCTION and meta["complete"] is True
     assert meta["settings"]["max_new_tokens"] == 8 and meta["models"] == ["a", "b"]
@@ -520,9 +533,20 @@ def test_end_to_end_on_tiny_models(tmp_path, tiny):
         assert r["gold"] == {0: "13", 1: "3", 2: "10", 3: "1"}[r["qid"]]
         assert r["et_ratio"] == 0.0 if r["method"] in ("single:tiny-smollm2", "specem") else 0.0 <= r["et_ratio"] <= 1.0
     assert all(r["et_ratio"] == 1.0 for r in rows if r["method"] == "unite")  # every-token fusion fuses every step
+    for r in rows:  # SpecEM rows say which model's segments won and where the Hedge weights ended
+        if r["method"] != "specem":
+            assert r["segment_wins"] is None and r["final_weights"] is None
+            continue
+        assert set(r["segment_wins"]) == set(r["final_weights"]) == {"tiny-qwen", "tiny-gemma3"}
+        assert sum(r["segment_wins"].values()) >= 1 and sum(r["final_weights"].values()) == pytest.approx(1, abs=1e-4)
+    specem = [r for r in rows if r["method"] == "specem"]
+    mean_qwen = sum(r["final_weights"]["tiny-qwen"] for r in specem) / 3
+    wins_qwen = sum(r["segment_wins"]["tiny-qwen"] for r in specem)
+    assert f"| specem | 3 | tiny-qwen | {wins_qwen} | {mean_qwen:.3f} |" in (out / "summary.md").read_text(encoding="utf-8")
     with open(out / "rows.csv", encoding="utf-8", newline="") as fh:
         csv_rows = list(csv.DictReader(fh))
     assert [(int(r["qid"]), r["method"], r["text"]) for r in csv_rows] == [(r["qid"], r["method"], r["text"]) for r in rows]
+    assert [json.loads(c["final_weights"]) if c["final_weights"] else None for c in csv_rows] == [r["final_weights"] for r in rows]
     loaded = load_summary(out)
     assert loaded == summary and [s["method"] for s in loaded] == labels
     for s in loaded:
