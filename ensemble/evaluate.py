@@ -202,7 +202,10 @@ def is_looping(text: str, words: int = LOOP_WORDS, repeats: int = LOOP_REPEATS) 
 def _looping(row: dict) -> bool:
     """A row's loop flag; rows written before the flag existed get it from their text."""
     value = row.get("looping")
-    return bool(value) if value is not None else is_looping(row.get("text") or "")
+    if value is not None:
+        return bool(value)
+    text = row.get("text")
+    return is_looping(text if isinstance(text, str) else "")
 
 
 # -- summary ------------------------------------------------------------------------------------------------
@@ -489,8 +492,7 @@ def _parse_row(line: bytes) -> dict | None:
         return None
     if any(k not in row for k in ROW_FIELDS if k not in _LATER_ROW_FIELDS):
         return None
-    if "looping" not in row:  # written before the loop flag existed: derive it from the text
-        row["looping"] = is_looping(row["text"] if isinstance(row["text"], str) else "")
+    row["looping"] = _looping(row)  # rows written before the flag existed get it from their text
     return row
 
 
@@ -906,18 +908,16 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_report)
 
 
-def _print_summary(out: str | os.PathLike, summary: list[dict]) -> int:
-    """Print the summary.md just written (it also has the segment table, which needs the rows)."""
-    path = Path(out) / "summary.md"
-    if path.exists():
-        print(path.read_text(encoding="utf-8"), end="")
-    else:
-        print(summary_markdown(summary, json.loads((Path(out) / "meta.json").read_text(encoding="utf-8"))), end="")
+def _print_summary(out: str | os.PathLike) -> int:
+    """Print the summary.md that ``_write_outputs`` has just written (it has the segment table, which needs the
+    rows, so the summary rows alone cannot rebuild it)."""
+    print((Path(out) / "summary.md").read_text(encoding="utf-8"), end="")
     return 0
 
 
 def cmd_report(args) -> int:
-    return _print_summary(args.out, rebuild_report(args.out))
+    rebuild_report(args.out)
+    return _print_summary(args.out)
 
 
 @contextlib.contextmanager
@@ -964,5 +964,5 @@ def cmd_evaluate(args) -> int:
     selected = len(select_questions(questions, config.limit, settings.seed))
     print(f"evaluating {len(specs)} method(s) on {selected} question(s) into {config.out}", file=sys.stderr)
     with _terminate_as_interrupt():
-        summary = run_evaluation(config, loaded, progress=not args.no_progress)
-    return _print_summary(config.out, summary)
+        run_evaluation(config, loaded, progress=not args.no_progress)
+    return _print_summary(config.out)
