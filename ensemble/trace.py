@@ -94,6 +94,7 @@ class RunStats:
     decisions: dict[str, int] = field(default_factory=dict)
     forward_passes: dict[str, int] = field(default_factory=dict)
     forward_tokens: dict[str, int] = field(default_factory=dict)
+    forward_s: dict[str, float] = field(default_factory=dict)  # seconds inside each model's forward passes
     draft_tokens: int = 0
     draft_discarded: int = 0
     fusion_ms_mean: float = 0.0
@@ -317,7 +318,7 @@ def _check(data) -> None:
             weights = rnd.get(name, {})
             if not isinstance(weights, dict) or not all(isinstance(v, int | float) for v in weights.values()):
                 raise TraceFormatError(f"{where}.{name} must map model names to numbers.")
-    for key in ("decisions", "forward_passes", "forward_tokens", "wins"):
+    for key in ("decisions", "forward_passes", "forward_tokens", "forward_s", "wins"):
         value = data["stats"].get(key, {})
         if not isinstance(value, dict) or not all(isinstance(v, int | float) for v in value.values()):
             raise TraceFormatError(f"trace.stats.{key} must map names to numbers.")

@@ -20,7 +20,9 @@ def test_fixture_round_trip(name):
     text = (FIXTURES / f"{name}.json").read_text(encoding="utf-8")
     trace = RunTrace.from_json(text)
     again = RunTrace.from_json(trace.to_json())
-    assert again.to_dict() == trace.to_dict() == json.loads(text)
+    expected = json.loads(text)
+    expected["stats"].setdefault("forward_s", {})  # written before forward time was recorded: loads empty
+    assert again.to_dict() == trace.to_dict() == expected
 
 
 def test_fresh_trace_round_trip(tiny):
@@ -30,6 +32,10 @@ def test_fresh_trace_round_trip(tiny):
     assert RunTrace.from_dict(data).to_dict() == trace.to_dict()
     for key in ("generated_tokens", "ensemble_steps", "et_ratio", "latency_s", "tokens_per_s"):
         assert key in data["stats"]
+    # Every model's time inside its forward passes, within the run's latency.
+    seconds = data["stats"]["forward_s"]
+    assert set(seconds) == {"tiny-qwen", "tiny-gemma3"} and all(s > 0 for s in seconds.values())
+    assert sum(seconds.values()) <= data["stats"]["latency_s"]
 
 
 def _valid() -> dict:
@@ -46,6 +52,7 @@ def _valid() -> dict:
         (lambda d: d["tokens"][0].update(start="0"), "must be int"),
         (lambda d: d.update(models="qwen"), "trace.models must be list"),
         (lambda d: d["stats"].update(et_ratio="high"), "must be a number"),
+        (lambda d: d["stats"].update(forward_s={"qwen": "slow"}), "trace.stats.forward_s must map names to numbers"),
     ],
 )
 def test_schema_errors_are_precise(mutate, message):

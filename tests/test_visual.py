@@ -587,6 +587,20 @@ def test_stats_frame_equals_trace_stats(trace):
     assert len(tokens) == len(trace.tokens) and list(tokens["text"]) == [r.text for r in trace.tokens]
 
 
+def test_forward_time_shows_when_recorded():
+    old = load("safe")  # written before forward time was recorded
+    assert old.stats.forward_s == {}
+    assert "forward time" not in visual.stats_html(old)
+    assert not any(m.startswith("forward time") for m in visual.stats_frame(old)["metric"])
+    new = load("safe")
+    new.stats.forward_s = {"qwen": 3.25, "smollm2": 0.5, "<b>x</b>": 1.0}
+    values = dict(zip(*visual.stats_frame(new).T.values, strict=True))
+    assert {k.split(": ")[1]: v for k, v in values.items() if k.startswith("forward time (s): ")} == new.stats.forward_s
+    html = visual.stats_html(new)
+    assert ">forward time</th>" in html and ">3.25 s</td>" in html and ">0.50 s</td>" in html
+    assert "<b>x</b>" not in html and "&lt;b&gt;x&lt;/b&gt;" in html
+
+
 def test_compare_frame_and_figure():
     traces = {name: load(name) for name in NAMES}
     frame = visual.compare_frame(traces)

@@ -38,6 +38,7 @@ def stats_frame(trace: RunTrace) -> pd.DataFrame:
     rows += [(f"decisions: {d}", decisions[d]) for d in _ordered_decisions(decisions)]
     rows += [(f"forward passes: {m}", n) for m, n in rd.mapping(s.forward_passes).items()]
     rows += [(f"forward tokens: {m}", n) for m, n in rd.mapping(s.forward_tokens).items()]
+    rows += [(f"forward time (s): {m}", n) for m, n in rd.mapping(s.forward_s).items()]
     rows += [("draft tokens", s.draft_tokens), ("draft discarded", s.draft_discarded), ("mean fusion (ms)", s.fusion_ms_mean)]
     rows += [(f"wins: {m}", n) for m, n in rd.mapping(s.wins).items()]
     return pd.DataFrame({"metric": pd.Series([m for m, _ in rows], dtype=object), "value": pd.Series([v for _, v in rows], dtype=object)})
@@ -81,12 +82,16 @@ def stats_html(trace: RunTrace) -> str:
         for d in _ordered_decisions(decisions)
     )
     passes, tokens, wins = rd.mapping(s.forward_passes), rd.mapping(s.forward_tokens), rd.mapping(s.wins)
-    models = list(dict.fromkeys([*trace.models, *passes, *tokens]))
-    head = '<tr><th>model</th><th class="el-num">forward passes</th><th class="el-num">tokens processed</th>' + (
-        '<th class="el-num">rounds won</th></tr>' if wins else "</tr>"
+    seconds = rd.mapping(s.forward_s)  # absent from traces written before it was recorded
+    models = list(dict.fromkeys([*trace.models, *passes, *tokens, *seconds]))
+    head = (
+        '<tr><th>model</th><th class="el-num">forward passes</th><th class="el-num">tokens processed</th>'
+        + ('<th class="el-num" title="seconds spent inside this model\'s forward passes">forward time</th>' if seconds else "")
+        + ('<th class="el-num">rounds won</th></tr>' if wins else "</tr>")
     )
     body = "".join(
         f'<tr><td>{safe(m)}</td><td class="el-num">{_fmt(passes.get(m), 0)}</td><td class="el-num">{_fmt(tokens.get(m), 0)}</td>'
+        + (f'<td class="el-num">{_fmt(seconds.get(m), 2, " s")}</td>' if seconds else "")
         + (f'<td class="el-num">{_fmt(wins.get(m, 0), 0)}</td>' if wins else "")
         + "</tr>"
         for m in models

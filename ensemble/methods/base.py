@@ -294,6 +294,7 @@ class Run:
         stats.tokens_per_s = round(stats.generated_tokens / stats.latency_s, 3) if stats.latency_s > 0 else 0.0
         stats.forward_passes = {a.name: a.stats.passes for a in self.adapters}
         stats.forward_tokens = {a.name: a.stats.tokens for a in self.adapters}
+        stats.forward_s = {a.name: round(a.stats.seconds, 4) for a in self.adapters}
         stats.fusion_ms_mean = round(sum(self.fusion_ms) / len(self.fusion_ms), 3) if self.fusion_ms else 0.0
         stats.stop_reason = self.stopped or reason
         self.trace.error = error
