@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test deps prepare browser lint bench clean
+.PHONY: demo test test-fast deps prepare browser lint bench clean
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-models.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ lint: deps
 
 test: prepare browser lint
 	$(PY) -m pytest
+
+# The fast unit tier: tiny models with the real tokenizers shipped in tests/fixtures/tokenizers; needs neither the
+# model packages nor their cache, one pytest worker per core.
+test-fast: deps
+	$(PY) -m pytest -m "not embedded" -n $(shell $(PYTHON) -c "import os; print(min(4, os.cpu_count() or 1))")
 
 bench: prepare
 	$(PY) -m ensemble bench

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import lzma
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +20,18 @@ settings.register_profile(
     derandomize=True,
 )
 settings.load_profile("ensemble")
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# Under pytest-xdist (``make test-fast``) each worker gets one core; alone, the tests use up to two threads.
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else max(1, min(2, os.cpu_count() or 1)))
+
+REAL_MODEL_FIXTURES = {"embedded", "app_url"}
+
+
+def pytest_collection_modifyitems(items):
+    """A test that loads the real models is ``embedded`` whether or not it says so, so that
+    ``pytest -m "not embedded"`` (the fast unit tier) never needs the model packages or their cache."""
+    for item in items:
+        if REAL_MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("embedded"):
+            item.add_marker(pytest.mark.embedded)
 
 EMBEDDED = ("qwen", "smollm2", "gemma3")
 
@@ -35,14 +49,28 @@ def embedded(pool) -> dict[str, registry.LoadedModel]:
     return {name: pool.get(name, registry.quiet_progress) for name in EMBEDDED}
 
 
+TOKENIZER_FIXTURES = Path(__file__).parent / "fixtures" / "tokenizers"
+
+
+def unpack_tokenizer_fixture(name: str, folder: Path) -> Path:
+    """Write the shipped tokenizer files of an embedded model (``tokenizer.json`` is stored xz-compressed) into
+    ``folder``, in the layout :func:`registry.load_saved_tokenizer` reads."""
+    source = TOKENIZER_FIXTURES / name
+    folder.mkdir(parents=True, exist_ok=True)
+    for file in source.iterdir():
+        if file.name == "tokenizer.json.xz":
+            (folder / "tokenizer.json").write_bytes(lzma.decompress(file.read_bytes()))
+        else:
+            shutil.copyfile(file, folder / file.name)
+    return folder
+
+
 @pytest.fixture(scope="session")
-def tokenizers() -> dict:
-    """The real tokenizers of the embedded models, without weights."""
-    out = {}
-    for name in EMBEDDED:
-        folder = registry.prepare(name, registry.quiet_progress)
-        out[name] = registry.load_saved_tokenizer(folder)
-    return out
+def tokenizers(tmp_path_factory) -> dict:
+    """The real tokenizers of the embedded models, from the files shipped in ``tests/fixtures/tokenizers``: no
+    model package, no weights, no de-quantization (``test_registry`` checks they equal the prepared ones)."""
+    root = tmp_path_factory.mktemp("tokenizers")
+    return {name: registry.load_saved_tokenizer(unpack_tokenizer_fixture(name, root / name)) for name in EMBEDDED}
 
 
 def _tiny(kind: str, tokenizer):

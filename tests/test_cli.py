@@ -18,6 +18,7 @@ def cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.embedded  # the CLI reads the embedded models' tokenizers from their packages
 def test_tokenize_json_shape():
     out = cli("tokenize", "Sofia went to Plovdiv in 1999.", "--models", "qwen,smollm2,gemma3", "--json")
     assert out.returncode == 0, out.stderr
@@ -30,6 +31,7 @@ def test_tokenize_json_shape():
     assert isinstance(data["agreement"], float)
 
 
+@pytest.mark.embedded  # the CLI reads the embedded models' tokenizers from their packages
 def test_tokenize_hostile_and_huge_input(tmp_path):
     weird = tmp_path / "weird.txt"
     weird.write_bytes("a\x00b\x01\x1b[31m\u202e\u200b中🙂e\u0301".encode() + b"\xed\xa0\x80tail")  # lone surrogate
@@ -44,6 +46,7 @@ def test_tokenize_hostile_and_huge_input(tmp_path):
     assert empty.returncode == 0 and json.loads(empty.stdout)["agreement"] == 100.0
 
 
+@pytest.mark.embedded  # the CLI reads the embedded models' tokenizers from their packages
 def test_models_lists_sources_and_cache():
     out = cli("models", "--json")
     assert out.returncode == 0, out.stderr

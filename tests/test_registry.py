@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
+from conftest import unpack_tokenizer_fixture
 
 from ensemble import registry
 from ensemble.errors import MissingPackageError, ModelLoadError, UnknownModelError
@@ -48,6 +49,19 @@ def test_hub_id_while_offline_is_a_clear_message(monkeypatch, tmp_path):
     assert "Hugging Face Hub" in str(err.value)
 
 
+@pytest.mark.embedded
+def test_shipped_tokenizer_fixtures_equal_the_prepared_tokenizers(tmp_path):
+    # The fast unit tier runs on these copies; regenerate them with tests/fixtures/make_fixtures.py --tokenizers.
+    for name in ("qwen", "smollm2", "gemma3"):
+        prepared = registry.prepare(name, registry.quiet_progress)
+        shipped = unpack_tokenizer_fixture(name, tmp_path / name)
+        for file in sorted(p.name for p in shipped.iterdir()):
+            assert (shipped / file).read_bytes() == (prepared / file).read_bytes(), f"{name}: {file} differs"
+        files = {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}
+        assert {p.name for p in prepared.iterdir()} & files == {p.name for p in shipped.iterdir()}
+
+
+@pytest.mark.embedded
 def test_saved_tokenizer_fast_path_equals_autotokenizer(tokenizers):
     from transformers import AutoTokenizer
 
