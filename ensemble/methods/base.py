@@ -37,10 +37,16 @@ class StatusEvent:
     data: dict = field(default_factory=dict)
 
 
+MAX_PROMPT_CHARS = 200_000
+"""Longest prompt accepted at all; prompts longer than a model's context are trimmed (with a warning) later."""
+
+
 def clean_prompt(prompt) -> tuple[str, list[str]]:
     """Validate a prompt; return it (lone surrogates replaced) and any warnings."""
     if not isinstance(prompt, str):
         raise InputError("The prompt must be text.")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise InputError(f"The prompt has {len(prompt):,} characters; the limit is {MAX_PROMPT_CHARS:,}.")
     prompt, replaced = replace_lone_surrogates(prompt)
     warnings = ["The prompt held invalid characters (lone surrogates); they were replaced by '?'."] if replaced else []
     if not prompt.strip():
