@@ -19,11 +19,12 @@ from pathlib import Path
 import gradio as gr
 
 import visual
+from ensemble.access import check_offered
 from ensemble.align import compare
 from ensemble.errors import EnsembleError, InputError, TraceFormatError
 from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
 from ensemble.methods.base import clean_prompt
-from ensemble.registry import DEFAULT_MODELS, EMBEDDED, GPU_PRESETS, ModelPool, resolve
+from ensemble.registry import DEFAULT_MODELS, EMBEDDED, GPU_PRESETS, ModelPool
 from ensemble.settings import METHODS, Settings
 from ensemble.trace import MAX_TRACE_BYTES, RunTrace
 
@@ -115,12 +116,12 @@ def _session(request: gr.Request | None) -> str:
 def _models(names) -> list[str]:
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",")]
-    out = [n for n in (names or []) if n and n.strip()]
+    if not isinstance(names, list | tuple):
+        raise InputError("models must be a comma-separated list of model names.")
+    out = [n for n in names if isinstance(n, str) and n.strip()]
     if not out:
         raise InputError("Choose at least one model.")
-    for name in out:
-        resolve(name)  # unknown names fail here with the list of known ones
-    return out
+    return [check_offered(name, MODEL_CHOICES) for name in out]  # only names this server offers
 
 
 def build_settings(method: str, values: dict) -> Settings:
@@ -134,7 +135,7 @@ def load_models(names: list[str], progress=None) -> list:
         if progress is not None:
             progress(fraction if fraction is not None else 0.0, desc=message)
 
-    return [POOL.get(name, report) for name in names]
+    return POOL.get_many(names, report)  # one run's models never evict each other from the pool's budget
 
 
 def _settings_from_ui(*values) -> dict:

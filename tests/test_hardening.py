@@ -98,3 +98,69 @@ def test_specem_stop_between_drafts_commits_nothing_and_runs_no_pass(tiny, after
     assert job.trace.stats.stop_reason == "cancelled"
     assert sum(job.trace.stats.forward_passes.values()) == passes_at_stop
     assert len(job.trace.tokens) == committed_at_stop == streamed
+
+
+# -- models: only what the server offers, a pool with a memory budget -----------------------------------
+@pytest.mark.parametrize("name", ["~", "/", "/.", "/root/.ssh", "/proc/self", "/no/such/folder", "..", "someone/some-model"])
+def test_the_app_refuses_paths_and_hub_ids_with_one_message(name, monkeypatch):
+    import app
+
+    monkeypatch.delenv("ENSEMBLE_LENS_ALLOW_PATHS", raising=False)
+    with pytest.raises(Exception) as err:
+        app._models(f"smollm2,{name}")
+    message = str(err.value)
+    assert message.startswith(f"Unknown model {name!r}. This server offers: qwen, smollm2, gemma3")
+    # the same words for a folder that exists and one that does not: nothing about the file system leaks
+    assert message.replace(repr(name), "X") == str(_refusal(app, "/no/such/folder")).replace(repr("/no/such/folder"), "X")
+
+
+def _refusal(app, name):
+    try:
+        app._models(name)
+    except Exception as exc:  # noqa: BLE001
+        return exc
+    raise AssertionError("accepted")
+
+
+def test_operator_opt_ins_widen_the_offer(monkeypatch, tmp_path):
+    import app
+
+    monkeypatch.setenv("ENSEMBLE_LENS_ALLOW_MODELS", "someone/some-model")
+    assert app._models("smollm2,someone/some-model") == ["smollm2", "someone/some-model"]
+    with pytest.raises(Exception, match="Unknown model"):
+        app._models(str(tmp_path))
+    monkeypatch.setenv("ENSEMBLE_LENS_ALLOW_PATHS", "1")
+    assert app._models(str(tmp_path)) == [str(tmp_path)]
+
+
+def test_the_pool_evicts_the_least_recently_used_model_beyond_its_budget(tiny, monkeypatch):
+    from ensemble import registry
+
+    sizes = {n: registry.model_bytes(tiny[n]) for n in ("qwen", "smollm2", "gemma3")}
+    loads = []
+
+    def fake_load(name, device, dtype, progress=None):
+        loads.append(name)
+        return tiny[name]
+
+    monkeypatch.setattr(registry, "load", fake_load)
+    budget = max(sizes["qwen"] + sizes["smollm2"], sizes["smollm2"] + sizes["gemma3"], sizes["qwen"] + sizes["gemma3"])
+    pool = registry.ModelPool(max_gb=budget / 1e9)
+    pool.get("qwen"), pool.get("smollm2"), pool.get("gemma3")
+    assert pool.loaded() == ["smollm2", "gemma3"]  # qwen, the least recently used, went
+    pool.get("smollm2")  # now gemma3 is the least recently used
+    pool.get("qwen")
+    assert pool.loaded() == ["smollm2", "qwen"] and loads == ["qwen", "smollm2", "gemma3", "qwen"]
+    assert pool.held_bytes() <= budget
+    # One ensemble's models never evict each other, even over the budget.
+    assert [m.name for m in pool.get_many(["qwen", "smollm2", "gemma3"])] == ["tiny-qwen", "tiny-smollm2", "tiny-gemma3"]
+    assert set(pool.loaded()) == {"qwen", "smollm2", "gemma3"}
+
+
+def test_one_folder_named_two_ways_is_one_pool_entry(tiny, monkeypatch, tmp_path):
+    from ensemble import registry
+
+    monkeypatch.setattr(registry, "load", lambda name, device, dtype, progress=None: tiny["smollm2"])
+    pool = registry.ModelPool()
+    assert pool.get(str(tmp_path)) is pool.get(str(tmp_path) + "/.") is pool.get(str(tmp_path) + "/")
+    assert len(pool.loaded()) == 1

@@ -115,7 +115,8 @@ def test_invalid_specem_settings_through_the_api(client, method, kwargs, message
         _api(client, "Hi", method=method, **kwargs)
 
 
-def test_hub_model_while_offline_is_a_quick_clear_message(client):
+def test_hub_model_while_offline_is_a_quick_clear_message(client, monkeypatch):
+    monkeypatch.setenv("ENSEMBLE_LENS_ALLOW_PATHS", "1")  # hub ids and paths are the operator's opt-in
     started = time.perf_counter()
     with pytest.raises(Exception, match="Hugging Face Hub"):
         _api(client, "Hi", models="smollm2,someone/not-a-cached-model", max_new_tokens=2)
