@@ -666,7 +666,7 @@ def load_tokenizer(name: str, progress: Progress | None = None):
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=False, local_files_only=offline)
         config = AutoConfig.from_pretrained(location, trust_remote_code=False, local_files_only=offline)
-    except Exception as exc:
+    except Exception as exc:  # any folder may be named (a device, /proc): one message, never a traceback
         detail = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
         raise ModelLoadError(f"Could not load the tokenizer of {spec.name!r}: {detail}") from exc
     vocab = max(len(tokenizer), int(getattr(config.get_text_config(), "vocab_size", 0) or 0))
