@@ -19,11 +19,12 @@ from pathlib import Path
 import gradio as gr
 
 import visual
+from ensemble.access import check_offered
 from ensemble.align import compare
 from ensemble.errors import EnsembleError, InputError, TraceFormatError
 from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
 from ensemble.methods.base import clean_prompt
-from ensemble.registry import DEFAULT_MODELS, EMBEDDED, GPU_PRESETS, ModelPool, resolve
+from ensemble.registry import DEFAULT_MODELS, EMBEDDED, GPU_PRESETS, ModelPool
 from ensemble.settings import METHODS, Settings
 from ensemble.trace import MAX_TRACE_BYTES, RunTrace
 
@@ -38,7 +39,6 @@ DEVICE = os.environ.get("ENSEMBLE_LENS_DEVICE", "cpu")
 POOL = ModelPool(device=DEVICE)
 QUEUE_SIZE = int(os.environ.get("ENSEMBLE_LENS_QUEUE", "16"))
 RUN_CONCURRENCY = int(os.environ.get("ENSEMBLE_LENS_CONCURRENCY", "2"))
-MAX_PROMPT_CHARS = 50_000
 STREAM_INTERVAL = 0.2  # seconds between streamed updates (about 5 per second)
 
 METHOD_CHOICES = [
@@ -116,12 +116,12 @@ def _session(request: gr.Request | None) -> str:
 def _models(names) -> list[str]:
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",")]
-    out = [n for n in (names or []) if n and n.strip()]
+    if not isinstance(names, list | tuple):
+        raise InputError("models must be a comma-separated list of model names.")
+    out = [n for n in names if isinstance(n, str) and n.strip()]
     if not out:
         raise InputError("Choose at least one model.")
-    for name in out:
-        resolve(name)  # unknown names fail here with the list of known ones
-    return out
+    return [check_offered(name, MODEL_CHOICES) for name in out]  # only names this server offers
 
 
 def build_settings(method: str, values: dict) -> Settings:
@@ -135,7 +135,7 @@ def load_models(names: list[str], progress=None) -> list:
         if progress is not None:
             progress(fraction if fraction is not None else 0.0, desc=message)
 
-    return [POOL.get(name, report) for name in names]
+    return POOL.get_many(names, report)  # one run's models never evict each other from the pool's budget
 
 
 def _settings_from_ui(*values) -> dict:
@@ -184,11 +184,9 @@ def run_stream(
     cancel.clear()
     # Every yield sends the whole view; Gradio diffs it against the last one, so unchanged outputs cost
     # nothing and the strip, which only ever grows, goes out as an "append" of its new tokens.
-    view = ["", "Loading models…", "", "", None, "", None, None, gr.update(value=0), gr.update(visible=False)]
+    view = ["", visual.status_html("Loading models…"), "", "", None, "", None, None, gr.update(value=0), gr.update(visible=False)]
     try:
-        if prompt is not None and len(prompt) > MAX_PROMPT_CHARS * 4:
-            raise InputError(f"The prompt has {len(prompt):,} characters; paste at most {MAX_PROMPT_CHARS:,}.")
-        prompt, _ = clean_prompt(prompt)
+        clean_prompt(prompt)  # fails fast; the run cleans the prompt again and keeps the warnings in its trace
         names = _models(model_names)
         values = _settings_from_ui(*settings_values)
         if method == "safe" and drafter:
@@ -199,12 +197,12 @@ def run_stream(
         models = load_models(names, progress)
         job = EnsembleRun(models, prompt, method, settings, cancel=cancel)
     except EnsembleError as exc:
-        view[0], view[1] = _error_html(str(exc)), f"⚠️ {visual.safe(exc)}"
+        view[0], view[1] = _error_html(str(exc)), visual.status_html(f"⚠️ {exc}")
         yield tuple(view)
         return
     session["job"], session["trace"] = job, None
     builder = visual.StripBuilder(method, job.trace.models)
-    view[1] = visual.safe(" · ".join(job.trace.warnings) or f"Running {method} on {', '.join(job.trace.models)}…")
+    view[1] = visual.status_html(" · ".join(job.trace.warnings) or f"Running {method} on {', '.join(job.trace.models)}…")
     view[2] = visual.legend_html(method, job.trace.models)
     yield tuple(view)
     pending, last = [], 0.0
@@ -214,7 +212,10 @@ def run_stream(
             if isinstance(event, TokenEvent):
                 pending.append(event.record)
             elif isinstance(event, StatusEvent):  # SpecEM's drafts, shown while the round's vote is pending
-                view[1] = visual.safe(event.message)
+                if pending:  # committed tokens go out first: what is on the strip is all that was decided
+                    view[0] += builder.add(pending, job.run.text)
+                    pending, last = [], time.perf_counter()
+                view[1] = visual.status_html(event.message)
                 yield tuple(view)
                 continue
             elif isinstance(event, RoundEvent):
@@ -227,7 +228,7 @@ def run_stream(
     except Exception as exc:  # noqa: BLE001 - a failing model must not take the app down
         session["job"], session["trace"] = None, job.trace  # the partial trace stays inspectable
         kind = "" if isinstance(exc, EnsembleError) else f"The run failed: {type(exc).__name__}: "
-        view[1] = visual.safe(f"⚠️ {kind}{exc}. Other runs are not affected." if kind else f"⚠️ {exc}")
+        view[1] = visual.status_html(f"⚠️ {kind}{exc}. Other runs are not affected." if kind else f"⚠️ {exc}")
         yield tuple(view)
         return
     if pending:
@@ -243,13 +244,13 @@ def run_stream(
     if s.stop_reason == "cancelled":
         done = f"Stopped after {s.generated_tokens} tokens ({s.latency_s:.1f} s). Click any token to see why."
     if trace.warnings:
-        done = visual.safe(" · ".join(trace.warnings)) + " · " + done
-    yield (view[0], done, *_final_views(trace))
+        done = " · ".join(trace.warnings) + " · " + done
+    yield (view[0], visual.status_html(done), *_final_views(trace))
 
 
 def stop_run(request: gr.Request):
     SESSIONS.get(_session(request))["cancel"].set()
-    return "Stopping…"
+    return visual.status_html("Stopping…")
 
 
 def inspect(request: gr.Request, evt: gr.EventData):
@@ -293,7 +294,7 @@ def tokenize_view(text, model_names, show_whitespace):
 @gpu
 def compare_stream(prompt, methods, model_names, max_new_tokens, request: gr.Request, progress=gr.Progress()):
     try:
-        prompt, _ = clean_prompt(prompt)
+        clean_prompt(prompt)
         methods = [m for m in (methods or []) if m in METHODS]
         if not 2 <= len(methods) <= 4:
             raise InputError("Pick two to four methods to compare.")
@@ -326,8 +327,9 @@ def _compare_html(traces: dict[str, RunTrace]) -> str:
     for label, trace in traces.items():
         cards.append(
             f'<div class="el-compare-card"><h4>{visual.safe(label)}</h4>'
-            f"{visual.legend_html(trace.method, trace.models)}"
-            f'<div class="el-strip">{visual.strip_html(trace)}</div></div>'
+            + (f'<p class="el-warning">{visual.safe(" · ".join(trace.warnings))}</p>' if trace.warnings else "")
+            + f"{visual.legend_html(trace.method, trace.models)}"
+            + f'<div class="el-strip">{visual.strip_html(trace)}</div></div>'
         )
     return f'<div class="el-compare">{"".join(cards)}</div>'
 
@@ -355,20 +357,19 @@ def import_trace(file, request: gr.Request):
     """Replay an uploaded trace in every view; the file is JSON only, schema- and size-checked."""
     nothing = (gr.skip(),) * 10
     if file is None:
-        return ("", "Choose a JSON trace file.", *nothing[2:])
+        return ("", visual.status_html("Choose a JSON trace file."), *nothing[2:])
     path = Path(file if isinstance(file, str) else getattr(file, "name", ""))
     try:
         if path.stat().st_size > MAX_TRACE_BYTES:
             raise TraceFormatError(f"The file is {path.stat().st_size / 1e6:.1f} MB; the limit is 20 MB.")
         trace = RunTrace.from_json(path.read_bytes())
     except (OSError, TraceFormatError) as exc:
-        return (_error_html(str(exc)), f"⚠️ Could not load the trace: {visual.safe(exc)}", *nothing[2:])
+        return (_error_html(str(exc)), visual.status_html(f"⚠️ Could not load the trace: {exc}"), *nothing[2:])
     session = SESSIONS.get(_session(request))
     session["job"], session["trace"] = None, trace
-    # Everything in an uploaded trace is untrusted: escape it even in the status line.
-    status = visual.safe(f"Replaying a {trace.method} trace of {', '.join(trace.models)} ({len(trace.tokens)} tokens).")
-    status += " Click any token."
-    return (visual.strip_html(trace), status, *_final_views(trace))
+    # Everything in an uploaded trace is untrusted: the status line escapes it like every other view.
+    status = f"Replaying a {trace.method} trace of {', '.join(trace.models)} ({len(trace.tokens)} tokens). Click any token."
+    return (visual.strip_html(trace), visual.status_html(status), *_final_views(trace))
 
 
 # -- results tab ----------------------------------------------------------------------------------------------
@@ -403,12 +404,10 @@ def run_ensemble(prompt: str, method: str = "safe", models: str = ",".join(DEFAU
             settings = json.loads(settings or "{}")
         if settings is not None and not isinstance(settings, dict):
             raise InputError("settings must be a JSON object of engine options.")
-        if isinstance(prompt, str) and len(prompt) > MAX_PROMPT_CHARS * 4:
-            raise InputError(f"The prompt has {len(prompt):,} characters; send at most {MAX_PROMPT_CHARS:,}.")
+        clean_prompt(prompt)
         names = _models(models)
         config = build_settings(method, settings or {})
         config.validate(method, names)
-        clean_prompt(prompt)
         job = EnsembleRun(load_models(names), prompt, method, config)
         for _ in job.events():
             pass
@@ -471,7 +470,7 @@ def build_app() -> gr.Blocks:
                 with gr.Row():
                     run_button = gr.Button("Run", variant="primary", elem_id="run-button")
                     stop_button = gr.Button("Stop", variant="stop", elem_id="stop-button")
-                status = gr.Markdown(elem_id="status")
+                status = gr.HTML(elem_id="status")  # HTML built by visual.status_html: Markdown would fetch ![x](url)
                 legend = gr.HTML(elem_id="legend")
                 strip = gr.HTML(value="", elem_id="strip", elem_classes=["el-strip"], js_on_load=STRIP_JS)
                 with gr.Row():

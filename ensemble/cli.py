@@ -10,6 +10,7 @@ import threading
 import traceback
 
 from .errors import EnsembleError, SettingsError
+from .outputs import check_output_file
 from .registry import DEFAULT_MODELS, resolve
 
 ANSI = {
@@ -180,6 +181,8 @@ def cmd_generate(args) -> int:
     from .methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
     from .registry import ModelPool
 
+    if args.prompt is not None and args.prompt_file is not None:
+        raise SettingsError("Give the prompt once: --prompt TEXT or --prompt-file PATH, not both.")
     prompt = _read(args.prompt_file, "surrogateescape") if args.prompt_file else args.prompt
     if prompt is None:
         raise SettingsError("Give a prompt with --prompt TEXT or --prompt-file PATH.")
@@ -187,11 +190,13 @@ def cmd_generate(args) -> int:
 
     settings = settings_from_args(args)
     names = _models_arg(args.models)
-    # Validate before loading anything: bad input fails in milliseconds, not after a model load.
+    # Validate before loading anything: bad input or an unwritable --out fails in milliseconds, not after a run.
     clean_prompt(prompt)
     settings.validate(args.method, names)
     for name in names:
         resolve(name)
+    if args.out:
+        check_output_file(args.out)
     pool = ModelPool(device=args.device, dtype=args.dtype)
     models = pool.get_many(names)
     job = EnsembleRun(models, prompt, args.method, settings)
@@ -299,6 +304,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # the file system refused something after the checks (disk full, a folder removed)
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 2
     except Exception as exc:  # noqa: BLE001 - the CLI never shows a bare traceback unless asked
         if args.debug:
             traceback.print_exc()

@@ -31,3 +31,15 @@ class TraceFormatError(EnsembleError):
 
 class Cancelled(EnsembleError):
     """A run stopped by the user; the partial trace is still valid."""
+
+
+class OutputError(EnsembleError):
+    """An output path that cannot be written (missing folder, a directory, a device, no permission)."""
+
+
+def name_list(names, limit: int = 10, width: int = 40) -> str:
+    """Names for a message: at most ``limit`` of them, each cut to ``width`` characters, then how many more."""
+    names = [str(n) for n in names]
+    shown = [n if len(n) <= width else n[: width - 1] + "…" for n in names[:limit]]
+    more = len(names) - len(shown)
+    return ", ".join(shown) + (f" and {more:,} more" if more > 0 else "")

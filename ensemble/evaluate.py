@@ -942,6 +942,7 @@ def _terminate_as_interrupt():
 def cmd_evaluate(args) -> int:
     from .cli import _models_arg, settings_from_args
     from .errors import UnknownModelError
+    from .outputs import check_output_folder
     from .registry import ModelPool, resolve
 
     specs = parse_methods(args.methods)
@@ -951,6 +952,7 @@ def cmd_evaluate(args) -> int:
         data=args.data, methods=specs, models=_models_arg(args.models), settings=settings, out=args.out,
         limit=args.limit, device=args.device, dtype=args.dtype, command=_command_line(), arguments=arguments,
     ).validate()
+    check_output_folder(config.out)
     for name in config.model_names():
         try:
             resolve(name)

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -261,17 +262,52 @@ def file_crc32(path: Path) -> str:
     return f"{crc:08x}"
 
 
+VERIFIED = "verified.json"
+"""Beside the manifest: each file's (size, mtime, ctime, inode) when it last passed the full check."""
+
+
+def _stat_stamp(path: Path) -> list[int]:
+    """What any write to a file changes: its size, mtime and ctime (which no tool can set back) or its inode."""
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def _changed_files(folder: Path, files) -> list[str]:
+    """Files of the manifest whose stat differs from the one recorded at their last full check."""
+    try:
+        verified = json.loads((folder / VERIFIED).read_text())
+    except (OSError, ValueError):
+        verified = {}
+    if not isinstance(verified, dict):
+        verified = {}
+    return [name for name in files if verified.get(name) != _stat_stamp(folder / name)]
+
+
+def _record_verified(folder: Path, files) -> None:
+    stamps = {name: _stat_stamp(folder / name) for name in files}
+    tmp = folder / (VERIFIED + ".tmp")
+    tmp.write_text(json.dumps(stamps))
+    tmp.replace(folder / VERIFIED)
+
+
 def _write_manifest(folder: Path, source_sha: str) -> None:
     files = {}
     for path in sorted(folder.iterdir()):
-        if path.is_file() and path.name != "manifest.json":
+        if path.is_file() and path.name not in ("manifest.json", VERIFIED, VERIFIED + ".tmp"):
             files[path.name] = {"size": path.stat().st_size, "sample": sample_digest(path), "crc32": file_crc32(path)}
     manifest = {"source_sha256": source_sha, "files": files, "format": CACHE_FORMAT}
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
 
 
-def _verify_manifest(folder: Path, full: bool = False) -> str | None:
-    """None when the cached folder is intact, else a sentence saying what is wrong."""
+def _verify_manifest(folder: Path, full: bool | str = False) -> str | None:
+    """None when the cached folder is intact, else a sentence saying what is wrong.
+
+    Every file's size and sampled digest are checked (14 ms for all three models). ``full=True`` also checks
+    every file's CRC-32; ``full="changed"`` checks in full only the files whose size, mtime, ctime or inode
+    changed since their last full check, and records the ones that pass. The loader uses "changed": a full
+    CRC-32 of the three models costs 1.9 s (``python scripts/integrity_cost.py``), a quarter of a warm load,
+    so it runs once after any change to a file instead of on every load.
+    """
     manifest_path = folder / "manifest.json"
     if not manifest_path.exists():
         return "is not prepared yet"
@@ -290,10 +326,16 @@ def _verify_manifest(folder: Path, full: bool = False) -> str | None:
             return f"has {fname} at the wrong size"
         if sample_digest(path) != info["sample"]:
             return f"fails the checksum of {fname}"
-        if full and "crc32" in info and file_crc32(path) != info["crc32"]:
+    in_full = list(files) if full is True else _changed_files(folder, files) if full == "changed" else []
+    for fname in in_full:
+        info, path = files[fname], folder / fname
+        if "crc32" in info and file_crc32(path) != info["crc32"]:
             return f"fails the full checksum of {fname}"
-        if full and "sha256" in info and full_digest(path) != info["sha256"]:  # manifests of older versions
+        if "sha256" in info and full_digest(path) != info["sha256"]:  # manifests of older versions
             return f"fails the full checksum of {fname}"
+    if full == "changed" and in_full:
+        with contextlib.suppress(OSError):  # a read-only cache is checked in full on every load instead
+            _record_verified(folder, files)
     return None
 
 
@@ -353,7 +395,8 @@ def prepare(name: str, progress: Progress | None = None, force: bool = False) ->
     _require_packages(spec)
     folder = _model_cache(spec)
     with _file_lock(cache_dir() / f".{spec.name}.lock"):
-        problem = "rebuild requested" if force else _verify_manifest(folder)
+        # Files changed since their last full check are checked in full before anything reads them.
+        problem = "rebuild requested" if force else _verify_manifest(folder, full="changed")
         if problem is None:
             return folder
         if folder.exists():
@@ -397,27 +440,12 @@ def prepare(name: str, progress: Progress | None = None, force: bool = False) ->
         out.rmdir()
         _write_manifest(build, spec.embedded.sha256)
         build.rename(folder)
+        _record_verified(folder, json.loads((folder / "manifest.json").read_text())["files"])
         progress(f"{spec.name}: prepared in {time.perf_counter() - started:.0f} s", 1.0)
     return folder
 
 
 _last_printed: dict[str, int] = {}
-
-
-def verify_in_background(name: str, folder: Path, loaded: LoadedModel) -> threading.Thread:
-    """Check every cached file in full after a load, without delaying it. A damaged file invalidates the
-    cache (the next load rebuilds it) and marks the loaded model, which :class:`ModelPool` then reloads."""
-
-    def work() -> None:
-        problem = _verify_manifest(folder, full=True)
-        if problem is not None:
-            print(f"[ensemble] {name}: the cached copy {problem}; it will be rebuilt on the next load", file=sys.stderr)
-            (folder / "manifest.json").unlink(missing_ok=True)
-            loaded.cache_problem = problem
-
-    thread = threading.Thread(target=work, name=f"verify-{name}", daemon=True)
-    thread.start()
-    return thread
 
 
 def _stderr_progress(message: str, fraction: float | None) -> None:
@@ -468,8 +496,6 @@ class LoadedModel:
     source: str
     context_limit: int
     info: dict = field(default_factory=dict)
-    cache_problem: str | None = None  # set when the background check finds the cached files damaged
-    integrity: threading.Thread | None = field(default=None, repr=False)
     _prompt_cache: dict = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -617,8 +643,6 @@ def load(name: str, device: str = "cpu", dtype: str = "auto", progress: Progress
     loaded = wrap(spec.name, model, tokenizer, template=spec.template, source=source)
     loaded.spec = spec
     loaded.load_seconds = time.perf_counter() - started
-    if source == "embedded (cached)":
-        loaded.integrity = verify_in_background(spec.name, Path(location), loaded)
     progress(f"{spec.name}: ready in {loaded.load_seconds:.1f} s", 1.0)
     return loaded
 
@@ -665,8 +689,9 @@ def load_tokenizer(name: str, progress: Progress | None = None):
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=False, local_files_only=offline)
         config = AutoConfig.from_pretrained(location, trust_remote_code=False, local_files_only=offline)
-    except OSError as exc:
-        raise ModelLoadError(f"Could not load the tokenizer of {spec.name!r}: {str(exc).splitlines()[0][:300]}") from exc
+    except Exception as exc:  # any folder may be named (a device, /proc): one message, never a traceback
+        detail = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        raise ModelLoadError(f"Could not load the tokenizer of {spec.name!r}: {detail}") from exc
     vocab = max(len(tokenizer), int(getattr(config.get_text_config(), "vocab_size", 0) or 0))
     eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
     gen_eos = _generation_eos(location)
@@ -683,12 +708,33 @@ def _generation_eos(location: str) -> set[int]:
     return set(eos or [])
 
 
-class ModelPool:
-    """Process-wide registry: each model loads once and is shared by all runs and sessions."""
+POOL_GB = "ENSEMBLE_LENS_POOL_GB"
+DEFAULT_POOL_GB = 8.0
 
-    def __init__(self, device: str = "cpu", dtype: str = "auto"):
+
+def model_bytes(loaded: LoadedModel) -> int:
+    """Memory held by a model's weights and buffers."""
+    model = loaded.model
+    tensors = [*model.parameters(), *model.buffers()]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+class ModelPool:
+    """Process-wide registry: each model loads once and is shared by all runs and sessions.
+
+    The pool has a memory budget (``max_gb``; default ``ENSEMBLE_LENS_POOL_GB`` or 8 GB; 0 = none): when the
+    loaded weights exceed it, the least recently used models are dropped (a run that still holds one keeps it
+    until it ends). The models of one :meth:`get_many` call are never evicted by each other, so the budget
+    should hold the largest ensemble; the three embedded models take about 2.1 GB in bfloat16, 4.1 GB in float32.
+    """
+
+    def __init__(self, device: str = "cpu", dtype: str = "auto", max_gb: float | None = None):
         self.device, self.dtype = device, dtype
-        self._models: dict[str, LoadedModel] = {}
+        if max_gb is None:
+            max_gb = float(os.environ.get(POOL_GB) or DEFAULT_POOL_GB)
+        self.max_bytes = int(max_gb * 1e9) if max_gb > 0 else None
+        self._models: OrderedDict[str, LoadedModel] = OrderedDict()  # least recently used first
+        self._sizes: dict[str, int] = {}
         self._tokenizers: dict[str, KeyTable] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
@@ -697,31 +743,67 @@ class ModelPool:
         with self._guard:
             return self._locks.setdefault(name, threading.Lock())
 
-    def get(self, name: str, progress: Progress | None = None) -> LoadedModel:
-        found = self._models.get(name)
-        if found is not None and found.cache_problem is None:
-            return found
-        with self._lock_for(name):
-            if name in self._models and self._models[name].cache_problem is not None:
-                del self._models[name]  # its cached files turned out damaged: rebuild and reload
-            if name not in self._models:
-                self._models[name] = load(name, self.device, self.dtype, progress)
-            return self._models[name]
+    @staticmethod
+    def _key(name: str) -> str:
+        """One entry per model: a folder named two ways ("/m", "/m/.", "~/m") is one model."""
+        if name in EMBEDDED or name in GPU_PRESETS:
+            return name
+        spec = resolve(name)
+        return spec.location if spec.kind == "local" else name
+
+    def get(self, name: str, progress: Progress | None = None, keep: frozenset[str] = frozenset()) -> LoadedModel:
+        key = self._key(name)
+        with self._guard:
+            found = self._models.get(key)
+            if found is not None:
+                self._models.move_to_end(key)
+                return found
+        with self._lock_for(key):
+            if key not in self._models:
+                loaded = load(name, self.device, self.dtype, progress)
+                with self._guard:
+                    self._models[key] = loaded
+                    self._sizes[key] = model_bytes(loaded)
+                    self._evict_beyond_budget(keep | {key})
+            with self._guard:
+                self._models.move_to_end(key)
+                return self._models[key]
+
+    def _evict_beyond_budget(self, keep: set[str] | frozenset[str]) -> None:
+        if self.max_bytes is None:
+            return
+        for key in list(self._models):
+            if sum(self._sizes.values()) <= self.max_bytes:
+                return
+            if key not in keep:
+                del self._models[key]
+                self._sizes.pop(key, None)
 
     def get_many(self, names: list[str], progress: Progress | None = None) -> list[LoadedModel]:
-        return [self.get(n, progress) for n in names]
+        keep = frozenset(self._key(n) for n in names)
+        return [self.get(n, progress, keep) for n in names]
+
+    def held_bytes(self) -> int:
+        """Bytes of weights the pool holds now."""
+        with self._guard:
+            return sum(self._sizes.values())
 
     def keys(self, name: str) -> KeyTable:
         """The key table of a model, from the loaded model when there is one, else tokenizer only."""
-        if name in self._models:
-            return self._models[name].keys
-        with self._lock_for("tok:" + name):
-            if name not in self._tokenizers:
-                self._tokenizers[name] = load_tokenizer(name, quiet_progress)[1]
-            return self._tokenizers[name]
+        key = self._key(name)
+        found = self._models.get(key)
+        if found is not None:
+            return found.keys
+        with self._lock_for("tok:" + key):
+            if key not in self._tokenizers:
+                self._tokenizers[key] = load_tokenizer(name, quiet_progress)[1]
+            return self._tokenizers[key]
 
     def loaded(self) -> list[str]:
         return list(self._models)
 
     def evict(self, name: str) -> None:
-        self._models.pop(name, None)
+        with self._guard:
+            key = self._key(name)
+            self._models.pop(key, None)
+            self._sizes.pop(key, None)

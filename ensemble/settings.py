@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, fields
 
-from .errors import SettingsError
+from .errors import SettingsError, name_list
 
 METHODS = ("single", "unite", "gac", "safe", "specem")
 FUSIONS = ("unite", "gac")
@@ -67,9 +67,9 @@ class Settings:
         """Build settings from a JSON-like dict (API, trace files); unknown names are an error."""
         data = dict(data or {})
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted(map(str, set(data) - known))
         if unknown:
-            raise SettingsError(f"Unknown setting(s): {', '.join(map(str, unknown))}. Known settings: {', '.join(sorted(known))}.")
+            raise SettingsError(f"Unknown setting(s): {name_list(unknown)}. Known settings: {', '.join(sorted(known))}.")
         out = cls()
         for name, value in data.items():
             setattr(out, name, value)
@@ -94,8 +94,12 @@ class Settings:
         if self.top_p <= 0:
             raise SettingsError("top_p must be above 0 (1 keeps the whole distribution).")
         self.seed = _int("seed", self.seed, 0, 2**63 - 1)
-        smallest = min((vocab_sizes or {}).values(), default=1_000_000)
-        self.top_k = _int("top_k", self.top_k, 1, smallest, why=f"the smallest vocabulary has {smallest} tokens")
+        if vocab_sizes:  # before the models load their vocabularies are unknown: only the lower bound is checked
+            smallest = min(vocab_sizes, key=vocab_sizes.__getitem__)
+            size = vocab_sizes[smallest]
+            self.top_k = _int("top_k", self.top_k, 1, size, why=f"the smallest vocabulary, {smallest}'s, has {size:,} tokens")
+        else:
+            self.top_k = _int("top_k", self.top_k, 1, None)
         self.sharpen_lambda = _float("sharpen_lambda", self.sharpen_lambda, 0.0, 1.0)
         if self.sharpen is not None and self.sharpen not in SHARPENING:
             raise SettingsError(f"Unknown sharpening {str(self.sharpen)[:40]!r}. Choose one of: {', '.join(SHARPENING)}.")
@@ -133,14 +137,23 @@ class Settings:
         return self
 
 
-def _int(name: str, value, lo: int, hi: int, why: str = "") -> int:
+def _int(name: str, value, lo: int, hi: int | None, why: str = "") -> int:
+    """A whole number in [lo, hi] (no upper bound when ``hi`` is None); the message states the real bounds."""
     if isinstance(value, bool) or not isinstance(value, int | float) or (isinstance(value, float) and not value.is_integer()):
         raise SettingsError(f"{name} must be a whole number, not {str(value)[:40]!r}.")
     value = int(value)
+    if hi is None:
+        if value < lo:
+            raise SettingsError(f"{name} must be at least {lo}; got {_shown(value)}.")
+        return value
     if not lo <= value <= hi:
         extra = f" ({why})" if why else ""
-        raise SettingsError(f"{name} must be between {lo} and {hi}{extra}; got {value}.")
+        raise SettingsError(f"{name} must be between {lo} and {hi}{extra}; got {_shown(value)}.")
     return value
+
+
+def _shown(value: int) -> str:
+    return str(value) if abs(value) < 10**18 else f"a number of {len(str(abs(value))) if abs(value) < 10**4000 else 'over 4,000'} digits"
 
 
 def _float(name: str, value, lo: float, hi: float) -> float:

@@ -2,7 +2,8 @@
 
 A trace is plain data (dataclasses of str, numbers, lists and dicts) so it round-trips through JSON
 exactly. ``visual/`` renders traces without touching a model, and the app replays uploaded trace files, so
-:func:`from_json` treats its input as untrusted: size-capped, schema-checked, never evaluated.
+:func:`from_json` treats its input as untrusted: size-capped, depth- and number-bounded before parsing,
+schema-checked, consistency-checked (:mod:`ensemble.trace_check`), never evaluated.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 
+from . import trace_check
 from .errors import TraceFormatError
 
 SCHEMA_VERSION = 1
@@ -127,12 +129,18 @@ class RunTrace:
 
     @classmethod
     def from_dict(cls, data: dict) -> RunTrace:
-        _check(data)
-        kwargs = _known(cls, data)
-        kwargs["tokens"] = [_token_from(t) for t in data.get("tokens", [])]
-        kwargs["rounds"] = [RoundRecord(**_known(RoundRecord, r)) for r in data.get("rounds", [])]
-        kwargs["stats"] = RunStats(**_known(RunStats, data.get("stats", {})))
-        return cls(**kwargs)
+        try:
+            _check(data)
+            kwargs = _known(cls, data)
+            kwargs["tokens"] = [_token_from(t) for t in data.get("tokens", [])]
+            kwargs["rounds"] = [RoundRecord(**_known(RoundRecord, r)) for r in data.get("rounds", [])]
+            kwargs["stats"] = RunStats(**_known(RunStats, data.get("stats", {})))
+            trace = cls(**kwargs)
+            trace_check.check(trace)
+        except (TypeError, ValueError, AttributeError, KeyError) as exc:  # a shape the checks above did not foresee
+            first = (str(exc).splitlines() or [""])[0][:160]
+            raise TraceFormatError(f"Trace file is malformed ({type(exc).__name__}: {first}).") from exc
+        return trace
 
     @classmethod
     def from_json(cls, text: str | bytes) -> RunTrace:
@@ -145,11 +153,7 @@ class RunTrace:
                 raise TraceFormatError("Trace file is not UTF-8 text (a JSON trace was expected).") from exc
         if len(text.encode("utf-8", "surrogatepass")) > MAX_TRACE_BYTES:
             raise TraceFormatError("Trace file is larger than 20 MB.")
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise TraceFormatError(f"Trace file is not valid JSON: {exc}") from exc
-        return cls.from_dict(data)
+        return cls.from_dict(trace_check.parse(text))  # depth and size bounded before parsing
 
     def token_table(self) -> list[dict]:
         """One row per token, for tables and CSV export."""
@@ -293,6 +297,10 @@ def _check(data) -> None:
         fusion = tok.get("fusion")
         if fusion is not None:
             _require(fusion, _FUSION_TYPES, f"{where}.fusion")
+            _optional(fusion, "draft", str, f"{where}.fusion")
+            _optional(fusion, "ms", float, f"{where}.fusion")
+            if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in fusion["weights"].values()):
+                raise TraceFormatError(f"{where}.fusion.weights must map model names to numbers.")
             _check_pairs(fusion["before"], f"{where}.fusion.before")
             if fusion.get("after") is not None:
                 _check_pairs(fusion["after"], f"{where}.fusion.after")
@@ -310,10 +318,13 @@ def _check(data) -> None:
         _optional(rnd, "winner", str, where)
         _optional(rnd, "winner_index", int, where)
         _optional(rnd, "accepted_text", str, where)
-        if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in rnd.get("aggregate", [])):
+        aggregate, verifiers = rnd.get("aggregate", []), rnd.get("verifiers", [])
+        if not isinstance(aggregate, list) or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in aggregate):
             raise TraceFormatError(f"{where}.aggregate must be a list of numbers.")
-        if not all(isinstance(x, str) for x in rnd.get("verifiers", [])):
+        if not isinstance(verifiers, list) or not all(isinstance(x, str) for x in verifiers):
             raise TraceFormatError(f"{where}.verifiers must be a list of model names.")
+        if not isinstance(rnd.get("details", {}), dict):
+            raise TraceFormatError(f"{where}.details must be an object.")
         for name in ("weights_before", "weights_after", "rewards", "timings"):
             weights = rnd.get(name, {})
             if not isinstance(weights, dict) or not all(isinstance(v, int | float) for v in weights.values()):
@@ -322,6 +333,11 @@ def _check(data) -> None:
         value = data["stats"].get(key, {})
         if not isinstance(value, dict) or not all(isinstance(v, int | float) for v in value.values()):
             raise TraceFormatError(f"trace.stats.{key} must map names to numbers.")
+    for key in ("rounds", "draft_tokens", "draft_discarded", "fusion_ms_mean"):
+        _optional(data["stats"], key, float, "trace.stats")
+    if not all(isinstance(w, str) for w in data["warnings"]):
+        raise TraceFormatError("trace.warnings must be a list of messages.")
+    _optional(data, "created", str, "trace")
     _optional(data["stats"], "first_token_s", float, "trace.stats")
     _optional(data["stats"], "stop_reason", str, "trace.stats")
     _optional(data, "error", str, "trace")

@@ -82,3 +82,39 @@ def test_cli_errors_are_messages_not_tracebacks(args, message):
     assert out.returncode == 2
     assert message in out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("out_path", "message"),
+    [
+        ("{tmp}/missing/trace.json", "does not exist"),
+        ("{tmp}", "is a directory"),
+        ("/dev/full", "not a regular file"),
+        ("/proc/ensemble-lens-trace.json", "Cannot write"),
+    ],
+)
+def test_generate_checks_out_before_loading_any_model(tmp_path, out_path, message):
+    # qwen is the slowest model to load: the refusal must come before it, as one line with exit code 2.
+    out = cli("generate", "--models", "qwen", "--prompt", "Say hi.", "--max-new-tokens", "4",
+              "--out", out_path.format(tmp=tmp_path), timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr and "Traceback" not in out.stderr and "unexpected" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "loading" not in out.stderr
+
+
+def test_evaluate_onto_an_existing_file_is_one_clear_line(tmp_path):
+    data = tmp_path / "q.jsonl"
+    data.write_text(json.dumps({"question": "1+1?", "answer": "#### 2"}) + "\n")
+    target = tmp_path / "results"
+    target.write_text("not a folder")
+    out = cli("evaluate", "--data", str(data), "--limit", "1", "--methods", "single:smollm2", "--models", "smollm2",
+              "--max-new-tokens", "4", "--out", str(target), timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert "is a file" in out.stderr and "unexpected" not in out.stderr
+
+
+def test_prompt_and_prompt_file_together_is_an_error(tmp_path):
+    path = tmp_path / "p.txt"
+    path.write_text("from the file")
+    out = cli("generate", "--models", "smollm2", "--prompt", "inline", "--prompt-file", str(path), timeout=60)
+    assert out.returncode == 2 and "not both" in out.stderr

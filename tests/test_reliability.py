@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -115,7 +116,8 @@ def test_invalid_specem_settings_through_the_api(client, method, kwargs, message
         _api(client, "Hi", method=method, **kwargs)
 
 
-def test_hub_model_while_offline_is_a_quick_clear_message(client):
+def test_hub_model_while_offline_is_a_quick_clear_message(client, monkeypatch):
+    monkeypatch.setenv("ENSEMBLE_LENS_ALLOW_PATHS", "1")  # hub ids and paths are the operator's opt-in
     started = time.perf_counter()
     with pytest.raises(Exception, match="Hugging Face Hub"):
         _api(client, "Hi", models="smollm2,someone/not-a-cached-model", max_new_tokens=2)
@@ -287,33 +289,99 @@ def test_a_model_failing_mid_generation_gives_a_message_and_the_next_run_works(c
     assert trace.error is None and trace.stats.generated_tokens > 0
 
 
-def test_corrupted_cache_is_detected_and_rebuilt(tmp_path, monkeypatch):
+def _quiet_gap(size: int, length: int) -> int:
+    """An offset where ``length`` bytes touch none of the sampled digest's blocks."""
+    block, count = registry._BLOCK, registry._SAMPLE_BLOCKS
+    first_end = (size - block) // (count - 1) + block  # end of the second sampled block
+    second = (size - block) * 2 // (count - 1)  # start of the third
+    assert second - first_end > length
+    return first_end + (second - first_end - length) // 2
+
+
+def _overwrite(path, offset: int, data: bytes, keep_times: bool = False) -> None:
+    before = path.stat()
+    with path.open("r+b") as fh:
+        fh.seek(offset)
+        fh.write(data)
+    if keep_times:  # a careful attacker (or a restore tool) puts the old mtime back; ctime still moves
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def _replace_same_size(path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    before = path.stat()
+    tmp = path.with_name(path.name + ".new")
+    tmp.write_bytes(bytes(data))
+    os.utime(tmp, ns=(before.st_atime_ns, before.st_mtime_ns))
+    tmp.replace(path)  # a new inode with the old size and mtime
+
+
+CACHE_FAULTS = {
+    "4 KB of zeros mid-file": (lambda d: _overwrite(d / "model.safetensors", (d / "model.safetensors").stat().st_size // 2, b"\0" * 4096),
+                               "fails the full checksum of model.safetensors"),
+    "1 MB of 0xFF between sampled blocks": (
+        lambda d: _overwrite(d / "model.safetensors", _quiet_gap((d / "model.safetensors").stat().st_size, 1 << 20), b"\xff" * (1 << 20)),
+        "fails the full checksum of model.safetensors"),
+    "damage with the mtime put back": (
+        lambda d: _overwrite(d / "model.safetensors", _quiet_gap((d / "model.safetensors").stat().st_size, 4096), b"\x01" * 4096, True),
+        "fails the full checksum of model.safetensors"),
+    "a same-size copy with one byte flipped": (lambda d: _replace_same_size(d / "tokenizer.json"),
+                                               "fails the full checksum of tokenizer.json"),
+    "truncated weights": (lambda d: os.truncate(d / "model.safetensors", 1000), "has model.safetensors at the wrong size"),
+    "bytes appended": (lambda d: (d / "config.json").open("ab").write(b" "), "has config.json at the wrong size"),
+    "a file deleted": (lambda d: (d / "config.json").unlink(), "is missing config.json"),
+    "manifest deleted": (lambda d: (d / "manifest.json").unlink(), "is not prepared yet"),
+    "manifest not JSON": (lambda d: (d / "manifest.json").write_text("{not json"), "has an unreadable manifest"),
+}
+
+
+@pytest.fixture
+def cache_copy(tmp_path, monkeypatch):
+    """A private copy of SmolLM2's prepared cache (the shared one stays untouched)."""
     source = registry.prepare("smollm2", registry.quiet_progress)
     monkeypatch.setenv("ENSEMBLE_LENS_CACHE", str(tmp_path))
     copy = registry._model_cache(registry.EMBEDDED["smollm2"])
     shutil.copytree(source, copy)
-    assert registry.is_cached("smollm2")
-    weights = copy / "model.safetensors"
-    size = weights.stat().st_size
-    with weights.open("r+b") as fh:  # 4 KB of zeros in the middle of the weights: too small for the sampled check
-        fh.seek(size // 2)
-        fh.write(b"\x00" * 4096)
+    assert registry._verify_manifest(copy, full="changed") is None  # a copy is checked in full once
+    assert registry._changed_files(copy, json.loads((copy / "manifest.json").read_text())["files"]) == []
+    return source, copy
+
+
+@pytest.mark.parametrize("fault", list(CACHE_FAULTS))
+def test_cache_fault_matrix_every_fault_is_detected_before_a_load(cache_copy, fault):
+    _, copy = cache_copy
+    damage, problem = CACHE_FAULTS[fault]
+    damage(copy)
+    assert registry._verify_manifest(copy, full="changed") == problem
+
+
+def test_an_unchanged_cache_is_not_read_in_full_again(cache_copy, monkeypatch):
+    _, copy = cache_copy
+
+    def no_full_read(path):
+        raise AssertionError(f"{path} was read in full although it did not change")
+
+    monkeypatch.setattr(registry, "file_crc32", no_full_read)
+    assert registry.prepare("smollm2", registry.quiet_progress) == copy
+
+
+def test_a_damaged_cache_is_rebuilt_byte_identical_before_the_run(cache_copy, embedded):
+    """The issue's case: 1 MB of 0xFF where no sampled block looks. The load checks the changed file in
+    full first, says so, rebuilds, and the run gives the right answer."""
+    source, copy = cache_copy
+    CACHE_FAULTS["1 MB of 0xFF between sampled blocks"][0](copy)
+    messages = []
     pool = registry.ModelPool(dtype="float32")
-    damaged = pool.get("smollm2", registry.quiet_progress)
-    damaged.integrity.join(120)  # the full check runs after the load, in the background
-    assert damaged.cache_problem == "fails the full checksum of model.safetensors"
-    assert not registry.is_cached("smollm2")
-    rebuilt = pool.get("smollm2", registry.quiet_progress)  # the pool drops the damaged model and rebuilds
-    assert rebuilt is not damaged and registry.is_cached("smollm2")
-    rebuilt.integrity.join(120)
-    assert rebuilt.cache_problem is None
-    assert generate([rebuilt], "Say hi.", "single", Settings(max_new_tokens=3)).stats.generated_tokens > 0
-    # Truncation and a broken manifest are caught by the fast check at load time.
-    with weights.open("r+b") as fh:
-        fh.truncate(size // 3)
-    assert registry._verify_manifest(copy) == "has model.safetensors at the wrong size"
-    (copy / "manifest.json").write_text("{not json")
-    assert registry._verify_manifest(copy) == "has an unreadable manifest"
+    rebuilt = pool.get("smollm2", lambda message, fraction: messages.append(message))
+    assert any("fails the full checksum of model.safetensors; rebuilding" in m for m in messages)
+    for path in source.iterdir():
+        if path.is_file() and path.name != registry.VERIFIED:
+            assert registry.full_digest(copy / path.name) == registry.full_digest(path), path.name
+    answer = generate([rebuilt], "Say hi.", "single", Settings(max_new_tokens=6))
+    assert answer.text == generate([embedded["smollm2"]], "Say hi.", "single", Settings(max_new_tokens=6)).text
+    assert answer.stats.stop_reason in ("eos", "budget") and "<|endoftext|>" not in answer.text
+    assert registry._changed_files(copy, json.loads((copy / "manifest.json").read_text())["files"]) == []
 
 
 def test_gguf_with_a_wrong_checksum_is_refused(tmp_path, monkeypatch):

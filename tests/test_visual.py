@@ -711,7 +711,7 @@ def test_write_report_is_standalone(tmp_path):
 
 # -- hostile input --------------------------------------------------------------------------------------------
 PAYLOADS = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", "${alert(1)}", "{{7*7}}", "`x`"]
-KEEP = {"decision", "method", "created", "condition", "sharpen", "fusion", "stop_reason"}
+KEEP = {"decision", "method", "created", "condition", "sharpen", "fusion", "stop_reason", "model"}  # model: SAFE's "ensemble"
 
 
 def hostile(trace: RunTrace) -> RunTrace:

@@ -6,7 +6,7 @@ string from a trace reaches HTML through :func:`visual.escape.safe` (model outpu
 
 from . import escape
 from .charts import fusion_figure, topk_figure
-from .escape import safe, whitespace
+from .escape import safe, status_html, whitespace
 from .inspector import explain, inspector_json
 from .report import results_figures, results_html, write_report
 from .specem import rounds_html, score_heatmap, weights_figure
@@ -35,6 +35,7 @@ __all__ = [
     "score_heatmap",
     "stats_frame",
     "stats_html",
+    "status_html",
     "strip_html",
     "token_frame",
     "token_groups",

@@ -67,3 +67,13 @@ def _whitespace_run(run: str, show: bool, breaks: bool) -> str:
         # <wbr>: a line may wrap after visible spaces (the dots are not break opportunities themselves)
         parts.append(f'<span class="ws">{pending}</span>' + ("<wbr>" if breaks else ""))
     return "".join(parts)
+
+
+def status_html(text) -> str:
+    """The app's status line: one escaped paragraph.
+
+    The status line is a ``gr.HTML``, never Markdown: it shows model names, drafts and trace fields, and in
+    Markdown ``![x](http://host/x.png)`` becomes an image the browser fetches, ``[x](url)`` a link and a bare
+    URL an autolink. Escaped HTML has no such syntax, so one rule (:func:`safe`) covers every component.
+    """
+    return f'<p class="el-status">{safe(text)}</p>'

@@ -37,10 +37,19 @@ class StatusEvent:
     data: dict = field(default_factory=dict)
 
 
+CHAR_EXTRA = 3
+"""Tokens a run may add beyond its budget to finish a character (a UTF-8 character has at most 4 bytes)."""
+
+MAX_PROMPT_CHARS = 200_000
+"""Longest prompt accepted at all; prompts longer than a model's context are trimmed (with a warning) later."""
+
+
 def clean_prompt(prompt) -> tuple[str, list[str]]:
     """Validate a prompt; return it (lone surrogates replaced) and any warnings."""
     if not isinstance(prompt, str):
         raise InputError("The prompt must be text.")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise InputError(f"The prompt has {len(prompt):,} characters; the limit is {MAX_PROMPT_CHARS:,}.")
     prompt, replaced = replace_lone_surrogates(prompt)
     warnings = ["The prompt held invalid characters (lone surrogates); they were replaced by '?'."] if replaced else []
     if not prompt.strip():
@@ -167,7 +176,12 @@ class Run:
 
     @property
     def budget_left(self) -> int:
-        return self.settings.max_new_tokens - self.generated
+        """Tokens the run may still add. At the budget, a character begun by byte tokens may take up to
+        :data:`CHAR_EXTRA` more so the response never ends inside it (what they add is noted in the trace)."""
+        left = self.settings.max_new_tokens - self.generated
+        if left <= 0 and self._partial and self.generated < self.settings.max_new_tokens + CHAR_EXTRA:
+            return 1
+        return left
 
     def check_cancel(self) -> None:
         if self.cancel.is_set():
@@ -274,12 +288,17 @@ class Run:
 
     # -- finishing --------------------------------------------------------------------------------------
     def finish(self, reason: str, error: str | None = None) -> RunTrace:
-        if self._partial:  # the run ended inside a character: its bytes show as one replacement character
-            start = len(self.text)
-            for n, (key, model, decision, kwargs) in enumerate(self._partial):
-                piece = "\ufffd" if n == len(self._partial) - 1 else ""
-                self.add(piece, key, model, decision, span=(start, start + 1), **kwargs)
+        budget = self.settings.max_new_tokens
+        if self._partial:  # the run ended inside a character (Stop, an error, the extra tokens ran out): trim it
+            self.trace.warnings.append(
+                f"The response ended inside a character; its {len(self._partial)} unfinished byte token(s) were left out."
+            )
             self._partial = []
+        elif len(self.trace.tokens) > budget and reason == "budget":
+            self.trace.warnings.append(
+                f"The token budget ({budget}) ended inside a character; {len(self.trace.tokens) - budget} more byte "
+                "token(s) finished it."
+            )
         stats = self.trace.stats
         self.trace.text = self.text
         stats.latency_s = round(time.perf_counter() - self.started, 4)

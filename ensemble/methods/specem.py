@@ -139,6 +139,7 @@ def run_specem(run: Run, recompute_context: bool = False) -> Iterator:
         t0 = time.perf_counter()
         candidates: list[dict] = []
         for d in drafters:
+            run.check_cancel()  # Stop is honoured between drafts, not only inside a model's forward pass
             if recompute_context:
                 d.drop_cache()
             follow(d)
@@ -168,6 +169,7 @@ def run_specem(run: Run, recompute_context: bool = False) -> Iterator:
         scores: list[list[float]] = []
         if len(candidates) > 1:
             for v in verifiers:
+                run.check_cancel()
                 if recompute_context:
                     v.drop_cache()
                 follow(v)
@@ -193,6 +195,7 @@ def run_specem(run: Run, recompute_context: bool = False) -> Iterator:
         rewards = hedge_rewards(scores, [v.name for v in verifiers], [c["model"] for c in candidates]) if scores else {}
         if settings.eta > 0 and rewards:
             weights = hedge_update(weights, rewards, settings.eta, round_number, len(candidates))
+        run.check_cancel()  # nothing is committed once Stop was pressed
         t2 = time.perf_counter()
         owner = by_name[winner["model"]]
         owner.restore(winner["ids"])  # the winner keeps the very tokens it drafted
@@ -201,6 +204,10 @@ def run_specem(run: Run, recompute_context: bool = False) -> Iterator:
             run.add("", EOS_KEY, owner.name, "segment", round_index=round_number - 1, details={"segment_of": owner.name})
         stats.wins[owner.name] = stats.wins.get(owner.name, 0) + 1
         timings["commit_s"] = round(time.perf_counter() - t2, 4)
+        # The round's tokens stream before its record, so a viewer sees every committed token at once.
+        stopped = run.check_stop()
+        if not stopped:
+            yield from run.release()
         yield run.add_round(
             RoundRecord(
                 index=round_number - 1,
@@ -221,9 +228,8 @@ def run_specem(run: Run, recompute_context: bool = False) -> Iterator:
                 timings=timings,
             )
         )
-        if run.check_stop():
+        if stopped:
             return "stop_string"
-        yield from run.release()
         if winner["eos"]:
             return "eos"
     return "budget"
