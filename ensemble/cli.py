@@ -11,6 +11,7 @@ import traceback
 
 from .errors import EnsembleError, SettingsError
 from .registry import DEFAULT_MODELS, resolve
+from .settings import GAC_GATE
 
 ANSI = {
     "consensus": "\x1b[32m",
@@ -42,6 +43,15 @@ def _weights_arg(value: str | None) -> dict[str, float]:
     return out
 
 
+def _gate_arg(value: str) -> float | None:
+    if value.strip().lower() in ("none", "off"):
+        return None
+    try:
+        return float(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"a probability in (0, 1] or none, not {value!r}") from exc
+
+
 def add_engine_options(p: argparse.ArgumentParser) -> None:
     """Every engine setting as a flag (shared by generate, bench and evaluate)."""
     g = p.add_argument_group("engine settings")
@@ -54,7 +64,9 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sharpen", choices=["none", "heuristic", "geometric"], default=None,
                    help="default: heuristic for safe, none for unite/gac")
     g.add_argument("--lambda", dest="sharpen_lambda", type=float, default=0.1, help="heuristic sharpening threshold")
-    g.add_argument("--gac-gate", type=float, default=None, help="GaC: fuse only when the primary's top prob <= this (e.g. 0.5)")
+    g.add_argument("--gac-gate", type=_gate_arg, default=GAC_GATE, metavar="P|none",
+                   help="GaC (and SAFE with --fusion gac): fuse only when the main model's top probability is below P"
+                   " (default %(default)s, the paper's; none = fuse every time)")
     g.add_argument("--drafter", default=None, help="SAFE drafter (default: the first model)")
     g.add_argument("--lookahead", type=int, default=5, help="SAFE draft length n (default 5)")
     g.add_argument("--fusion", default="unite", help="SAFE fusion: unite | gac")
