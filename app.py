@@ -141,7 +141,7 @@ def load_models(names: list[str], progress=None) -> list:
 def _settings_from_ui(*values) -> dict:
     keys = [
         "max_new_tokens", "temperature", "top_p", "seed", "top_k", "sharpen", "sharpen_lambda", "gac_gate",
-        "lookahead", "fusion", "segment_len", "eta", "scoring",
+        "lookahead", "fusion", "segment_len", "eta", "scoring", "sample_drafts",
     ]
     data = dict(zip(keys, values, strict=True))
     data["gac_gate"] = data["gac_gate"] if data["gac_gate"] and data["gac_gate"] > 0 else None
@@ -173,12 +173,12 @@ def _final_views(trace: RunTrace):
 def run_stream(
     prompt, method, model_names, drafter,
     max_new_tokens, temperature, top_p, seed, top_k, sharpen, sharpen_lambda, gac_gate,
-    lookahead, fusion, segment_len, eta, scoring,
+    lookahead, fusion, segment_len, eta, scoring, sample_drafts,
     request: gr.Request, progress=gr.Progress(),
 ):
     """Stream one run: the strip grows append-only, the other views fill in at the end."""
     settings_values = (max_new_tokens, temperature, top_p, seed, top_k, sharpen, sharpen_lambda, gac_gate,
-                       lookahead, fusion, segment_len, eta, scoring)
+                       lookahead, fusion, segment_len, eta, scoring, sample_drafts)
     session = SESSIONS.get(_session(request))
     cancel = session["cancel"]
     cancel.clear()
@@ -464,10 +464,11 @@ def build_app() -> gr.Blocks:
                         sharpen_lambda = gr.Slider(0.0, 1.0, value=0.1, step=0.01, label="Heuristic λ")
                     with gr.Row():
                         top_k = gr.Slider(1, 50, value=10, step=1, label="UniTE top-k")
-                        gac_gate = gr.Slider(0.0, 1.0, value=0.0, step=0.05, label="GaC gate (0 = off, paper: 0.5)")
+                        gac_gate = gr.Slider(0.0, 1.0, value=0.5, step=0.05, label="GaC gate (paper: 0.5; 0 = off)")
                         segment_len = gr.Slider(1, 64, value=10, step=1, label="SpecEM segment length")
                         eta = gr.Slider(0.0, 2.0, value=0.5, step=0.05, label="SpecEM η (0 = no feedback)")
                         scoring = gr.Radio(["logprob", "logit"], value="logprob", label="SpecEM scoring")
+                        sample_drafts = gr.Checkbox(value=False, label="SpecEM: sample drafts (T 0.6, top-p 0.9)")
                 with gr.Row():
                     run_button = gr.Button("Run", variant="primary", elem_id="run-button")
                     stop_button = gr.Button("Stop", variant="stop", elem_id="stop-button")
@@ -542,7 +543,7 @@ def build_app() -> gr.Blocks:
                     results_plot_b = gr.Plot(label="E/T per method")
 
         settings_inputs = [max_new_tokens, temperature, top_p, seed, top_k, sharpen, sharpen_lambda, gac_gate,
-                           lookahead, fusion, segment_len, eta, scoring]
+                           lookahead, fusion, segment_len, eta, scoring, sample_drafts]
         run_outputs = [strip, status, legend, stats, token_table, rounds, heatmap, weights_plot, round_slider, specem_view]
         run_button.click(
             run_stream,

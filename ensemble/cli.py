@@ -73,6 +73,8 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--segment-len", type=int, default=10, help="SpecEM segment length (default 10)")
     g.add_argument("--eta", type=float, default=0.5, help="SpecEM Hedge step eta0 (0 = no feedback)")
     g.add_argument("--scoring", default="logprob", help="SpecEM scoring: logprob | logit")
+    g.add_argument("--sample-drafts", action="store_true",
+                   help="SpecEM: sample drafts at temperature 0.6, top-p 0.9 like the released code (default greedy)")
     g.add_argument("--drafters", default=None, help="SpecEM drafting models (default: all)")
     g.add_argument("--verifiers", default=None, help="SpecEM verifying models (default: all)")
     g.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
@@ -98,6 +100,7 @@ def settings_from_args(args):
         segment_len=args.segment_len,
         eta=args.eta,
         scoring=args.scoring,
+        sample_drafts=args.sample_drafts,
         drafters=_models_arg(args.drafters) if args.drafters else None,
         verifiers=_models_arg(args.verifiers) if args.verifiers is not None else None,
         stop_strings=args.stop,

@@ -12,6 +12,8 @@ FUSIONS = ("unite", "gac")
 SHARPENING = ("none", "heuristic", "geometric")
 SCORINGS = ("logprob", "logit")
 MAX_NEW_TOKENS = 4096
+SAMPLED_DRAFTS = (0.6, 0.9)
+"""SpecEM's released code drafts with temperature 0.6 and top-p 0.9 (``sample_drafts``)."""
 GAC_GATE = 0.5
 """GaC's gate: the SAFE paper's setting ("GaC performs ensembling only when the main LLM's next-token
 probability falls below 0.5", §4.1)."""
@@ -40,6 +42,8 @@ class Settings:
         segment_len: SpecEM's segment length L in tokens.
         eta: SpecEM's Hedge step size eta0 (0 turns the online feedback off).
         scoring: SpecEM's verifier scoring (logprob | logit).
+        sample_drafts: SpecEM drafts by sampling at temperature 0.6, top-p 0.9 (the released code's drafting,
+            seeded by ``seed``) instead of greedily; verification and the vote stay as they are.
         drafters / verifiers: SpecEM's subsets of the models (default: all).
         stop_strings: strings that end the response (default: the templates' own, e.g. "\\nQuestion:").
         max_prompt_tokens: longer prompts are trimmed from the start, with a warning.
@@ -60,6 +64,7 @@ class Settings:
     segment_len: int = 10
     eta: float = 0.5
     scoring: str = "logprob"
+    sample_drafts: bool = False
     drafters: list[str] | None = None
     verifiers: list[str] | None = None
     stop_strings: list[str] | None = None
@@ -122,6 +127,8 @@ class Settings:
         self.lookahead = _int("lookahead", self.lookahead, 1, 64)
         self.segment_len = _int("segment_len", self.segment_len, 1, 256)
         self.eta = _float("eta", self.eta, 0.0, 100.0)
+        if not isinstance(self.sample_drafts, bool):
+            raise SettingsError(f"sample_drafts must be true or false, not {str(self.sample_drafts)[:40]!r}.")
         if self.scoring not in SCORINGS:
             raise SettingsError(f"Unknown scoring {str(self.scoring)[:40]!r}. Choose one of: {', '.join(SCORINGS)}.")
         self.max_prompt_tokens = _int("max_prompt_tokens", self.max_prompt_tokens, 16, 1_000_000)

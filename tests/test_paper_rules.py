@@ -160,3 +160,18 @@ def test_bad_gate_and_weights_are_one_line_errors(tiny, settings, message):
         EnsembleRun([tiny["qwen"], tiny["smollm2"]], PROMPT, "safe", Settings(**settings))
     assert message in str(err.value) and "\n" not in str(err.value)
     assert EnsembleRun([tiny["qwen"], tiny["smollm2"]], PROMPT, "safe", Settings(weights={"tiny-qwen": 0.0}))
+
+
+# -- SpecEM's sampled drafting --------------------------------------------------------------------------------
+def test_specem_sampled_drafts_follow_the_seed(tiny):
+    models = [tiny["qwen"], tiny["smollm2"]]
+
+    def run(**kw):
+        return generate(models, PROMPT, "specem", Settings(max_new_tokens=16, segment_len=4, stop_strings=[], **kw)).text
+
+    greedy = run()
+    sampled = run(sample_drafts=True, seed=3)
+    assert sampled == run(sample_drafts=True, seed=3) and sampled != greedy
+    assert run(sample_drafts=True, seed=4) != sampled
+    with pytest.raises(SettingsError, match="sample_drafts must be true or false"):
+        EnsembleRun(models, PROMPT, "specem", Settings(sample_drafts="yes"))
