@@ -165,6 +165,7 @@ def _final_views(trace: RunTrace):
         visual.weights_figure(trace) if specem else None,
         gr.update(maximum=max(1, len(trace.rounds) - 1), value=max(0, len(trace.rounds) - 1)),
         gr.update(visible=bool(specem)),
+        visual.weights_note(trace) if specem else "",
     )
 
 
@@ -184,7 +185,7 @@ def run_stream(
     cancel.clear()
     # Every yield sends the whole view; Gradio diffs it against the last one, so unchanged outputs cost
     # nothing and the strip, which only ever grows, goes out as an "append" of its new tokens.
-    view = ["", "Loading models…", "", "", None, "", None, None, gr.update(value=0), gr.update(visible=False)]
+    view = ["", "Loading models…", "", "", None, "", None, None, gr.update(value=0), gr.update(visible=False), ""]
     try:
         if prompt is not None and len(prompt) > MAX_PROMPT_CHARS * 4:
             raise InputError(f"The prompt has {len(prompt):,} characters; paste at most {MAX_PROMPT_CHARS:,}.")
@@ -353,7 +354,7 @@ def export_trace(request: gr.Request):
 
 def import_trace(file, request: gr.Request):
     """Replay an uploaded trace in every view; the file is JSON only, schema- and size-checked."""
-    nothing = (gr.skip(),) * 10
+    nothing = (gr.skip(),) * 11
     if file is None:
         return ("", "Choose a JSON trace file.", *nothing[2:])
     path = Path(file if isinstance(file, str) else getattr(file, "name", ""))
@@ -490,7 +491,9 @@ def build_app() -> gr.Blocks:
                     round_slider = gr.Slider(0, 1, value=0, step=1, label="Round", elem_id="round-slider")
                     with gr.Row():
                         heatmap = gr.Plot(label="Verifier × candidate scores", elem_id="heatmap")
-                        weights_plot = gr.Plot(label="Model weights over rounds", elem_id="weights")
+                        with gr.Column():
+                            weights_plot = gr.Plot(label="Model weights over rounds", elem_id="weights")
+                            weights_note = gr.HTML(elem_id="weights-note")
                 stats = gr.HTML(elem_id="stats")
                 with gr.Accordion("Per-token table", open=False):
                     token_table = gr.Dataframe(elem_id="token-table", wrap=True)
@@ -544,7 +547,8 @@ def build_app() -> gr.Blocks:
 
         settings_inputs = [max_new_tokens, temperature, top_p, seed, top_k, sharpen, sharpen_lambda, gac_gate,
                            lookahead, fusion, segment_len, eta, scoring, sample_drafts]
-        run_outputs = [strip, status, legend, stats, token_table, rounds, heatmap, weights_plot, round_slider, specem_view]
+        run_outputs = [strip, status, legend, stats, token_table, rounds, heatmap, weights_plot, round_slider, specem_view,
+                       weights_note]
         run_button.click(
             run_stream,
             inputs=[prompt, method, model_box, drafter, *settings_inputs],
