@@ -141,7 +141,7 @@ def load_models(names: list[str], progress=None) -> list:
 def _settings_from_ui(*values) -> dict:
     keys = [
         "max_new_tokens", "temperature", "top_p", "seed", "top_k", "sharpen", "sharpen_lambda", "gac_gate",
-        "lookahead", "fusion", "segment_len", "eta", "scoring",
+        "lookahead", "fusion", "segment_len", "eta", "scoring", "sample_drafts",
     ]
     data = dict(zip(keys, values, strict=True))
     data["gac_gate"] = data["gac_gate"] if data["gac_gate"] and data["gac_gate"] > 0 else None
@@ -165,6 +165,7 @@ def _final_views(trace: RunTrace):
         visual.weights_figure(trace) if specem else None,
         gr.update(maximum=max(1, len(trace.rounds) - 1), value=max(0, len(trace.rounds) - 1)),
         gr.update(visible=bool(specem)),
+        visual.weights_note(trace) if specem else "",
     )
 
 
@@ -173,18 +174,18 @@ def _final_views(trace: RunTrace):
 def run_stream(
     prompt, method, model_names, drafter,
     max_new_tokens, temperature, top_p, seed, top_k, sharpen, sharpen_lambda, gac_gate,
-    lookahead, fusion, segment_len, eta, scoring,
+    lookahead, fusion, segment_len, eta, scoring, sample_drafts,
     request: gr.Request, progress=gr.Progress(),
 ):
     """Stream one run: the strip grows append-only, the other views fill in at the end."""
     settings_values = (max_new_tokens, temperature, top_p, seed, top_k, sharpen, sharpen_lambda, gac_gate,
-                       lookahead, fusion, segment_len, eta, scoring)
+                       lookahead, fusion, segment_len, eta, scoring, sample_drafts)
     session = SESSIONS.get(_session(request))
     cancel = session["cancel"]
     cancel.clear()
     # Every yield sends the whole view; Gradio diffs it against the last one, so unchanged outputs cost
     # nothing and the strip, which only ever grows, goes out as an "append" of its new tokens.
-    view = ["", visual.status_html("Loading models…"), "", "", None, "", None, None, gr.update(value=0), gr.update(visible=False)]
+    view = ["", visual.status_html("Loading models…"), "", "", None, "", None, None, gr.update(value=0), gr.update(visible=False), ""]
     try:
         clean_prompt(prompt)  # fails fast; the run cleans the prompt again and keeps the warnings in its trace
         names = _models(model_names)
@@ -355,7 +356,7 @@ def export_trace(request: gr.Request):
 
 def import_trace(file, request: gr.Request):
     """Replay an uploaded trace in every view; the file is JSON only, schema- and size-checked."""
-    nothing = (gr.skip(),) * 10
+    nothing = (gr.skip(),) * 11
     if file is None:
         return ("", visual.status_html("Choose a JSON trace file."), *nothing[2:])
     path = Path(file if isinstance(file, str) else getattr(file, "name", ""))
@@ -463,10 +464,11 @@ def build_app() -> gr.Blocks:
                         sharpen_lambda = gr.Slider(0.0, 1.0, value=0.1, step=0.01, label="Heuristic λ")
                     with gr.Row():
                         top_k = gr.Slider(1, 50, value=10, step=1, label="UniTE top-k")
-                        gac_gate = gr.Slider(0.0, 1.0, value=0.0, step=0.05, label="GaC gate (0 = off, paper: 0.5)")
+                        gac_gate = gr.Slider(0.0, 1.0, value=0.5, step=0.05, label="GaC gate (paper: 0.5; 0 = off)")
                         segment_len = gr.Slider(1, 64, value=10, step=1, label="SpecEM segment length")
                         eta = gr.Slider(0.0, 2.0, value=0.5, step=0.05, label="SpecEM η (0 = no feedback)")
                         scoring = gr.Radio(["logprob", "logit"], value="logprob", label="SpecEM scoring")
+                        sample_drafts = gr.Checkbox(value=False, label="SpecEM: sample drafts (T 0.6, top-p 0.9)")
                 with gr.Row():
                     run_button = gr.Button("Run", variant="primary", elem_id="run-button")
                     stop_button = gr.Button("Stop", variant="stop", elem_id="stop-button")
@@ -488,7 +490,9 @@ def build_app() -> gr.Blocks:
                     round_slider = gr.Slider(0, 1, value=0, step=1, label="Round", elem_id="round-slider")
                     with gr.Row():
                         heatmap = gr.Plot(label="Verifier × candidate scores", elem_id="heatmap")
-                        weights_plot = gr.Plot(label="Model weights over rounds", elem_id="weights")
+                        with gr.Column():
+                            weights_plot = gr.Plot(label="Model weights over rounds", elem_id="weights")
+                            weights_note = gr.HTML(elem_id="weights-note")
                 stats = gr.HTML(elem_id="stats")
                 with gr.Accordion("Per-token table", open=False):
                     token_table = gr.Dataframe(elem_id="token-table", wrap=True)
@@ -541,8 +545,9 @@ def build_app() -> gr.Blocks:
                     results_plot_b = gr.Plot(label="E/T per method")
 
         settings_inputs = [max_new_tokens, temperature, top_p, seed, top_k, sharpen, sharpen_lambda, gac_gate,
-                           lookahead, fusion, segment_len, eta, scoring]
-        run_outputs = [strip, status, legend, stats, token_table, rounds, heatmap, weights_plot, round_slider, specem_view]
+                           lookahead, fusion, segment_len, eta, scoring, sample_drafts]
+        run_outputs = [strip, status, legend, stats, token_table, rounds, heatmap, weights_plot, round_slider, specem_view,
+                       weights_note]
         run_button.click(
             run_stream,
             inputs=[prompt, method, model_box, drafter, *settings_inputs],

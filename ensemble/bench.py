@@ -2,6 +2,11 @@
 
 Ratios matter more than seconds on a shared, noisy machine, so every comparison is measured in the same
 process, back to back, on the same prompts and token budget (each timing is the best of ``--repeat`` runs).
+
+The ``reasoning`` section measures what users run: GSM8K questions (``--data``, ``--limit`` of them chosen
+by ``--seed`` as ``evaluate`` chooses them, with evaluate's instruction) answered at ``--reasoning-tokens``
+(default 128) by every method, reporting time per token against the drafter alone, E/T, replacements,
+discarded drafts and first-token time.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ PROMPTS = [
     "Sofia went to Plovdiv in 1999 and to Veliko Tarnovo in 2004. Write two sentences about her trips.",
     "Write a Python function that returns the n-th Fibonacci number.",
 ]
-SECTIONS = ("load", "single", "retokenize", "methods", "specem")
+SECTIONS = ("load", "single", "retokenize", "methods", "reasoning", "specem")
+DEFAULT_DATA = "../shared/data/gsm8k/test.jsonl"
+"""The shared GSM8K test set, relative to the repository root (``ENSEMBLE_LENS_GSM8K`` overrides it)."""
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,6 +35,11 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat", type=int, default=3, help="best of N interleaved timings (default 3)")
     p.add_argument("--lookahead", type=int, default=5)
     p.add_argument("--only", default=",".join(SECTIONS), help=f"comma list of sections: {', '.join(SECTIONS)}")
+    p.add_argument("--data", default=None, help="GSM8K-format JSONL for the reasoning section "
+                   f"(default: $ENSEMBLE_LENS_GSM8K or {DEFAULT_DATA})")
+    p.add_argument("--limit", type=int, default=2, help="how many of its questions (chosen by --seed; default 2)")
+    p.add_argument("--seed", type=int, default=0, help="which questions (as evaluate chooses them)")
+    p.add_argument("--reasoning-tokens", type=int, default=128, help="answer length of the reasoning section")
     p.add_argument("--specem-long", type=int, default=400, help="long SpecEM run for the linear-cost check")
     p.add_argument("--dtype", default="auto", help="auto (bfloat16 on CPUs with native bf16, else float32) | float32 | bfloat16")
     p.add_argument("--device", default="cpu")
@@ -189,6 +201,9 @@ def _measure(models: list, prompts: list[str], plan: list[tuple], repeat: int) -
             "forward_passes": passes,
             "forward_s_per_token": {k: round(v / max(tokens, 1), 4) for k, v in inside.items()},
             "draft_discarded": sum(t.stats.draft_discarded for t in traces),
+            "draft_tokens": sum(t.stats.draft_tokens for t in traces),
+            "replacements": sum(t.stats.decisions.get("ensembled_replaced", 0) for t in traces),
+            "gated": sum(t.stats.decisions.get("gated", 0) for t in traces),
             "fusion_ms_per_step": round(sum(fusion) / len(fusion), 3) if fusion else 0.0,
             "rounds": sum(t.stats.rounds for t in traces),
             "first_token_s": round(sum(first) / len(first), 3) if first else None,
@@ -197,8 +212,9 @@ def _measure(models: list, prompts: list[str], plan: list[tuple], repeat: int) -
     return out
 
 
-def bench_methods(models: list, prompts: list[str], budget: int, lookahead: int, repeat: int) -> dict:
-    """Drafter alone, UniTE, GaC and SAFE (both fusions) on the same prompts; ratios to the drafter."""
+def bench_methods(models: list, prompts: list[str], budget: int, lookahead: int, repeat: int, specem: bool = False) -> dict:
+    """Drafter alone, UniTE, GaC and SAFE (both fusions), and SpecEM when asked, on the same prompts; ratios
+    to the drafter."""
     base = {"max_new_tokens": budget}
     plan = [
         ("drafter_alone", "single", base, {}),
@@ -207,6 +223,8 @@ def bench_methods(models: list, prompts: list[str], budget: int, lookahead: int,
         ("safe_unite", "safe", {**base, "lookahead": lookahead, "fusion": "unite"}, {}),
         ("safe_gac", "safe", {**base, "lookahead": lookahead, "fusion": "gac"}, {}),
     ]
+    if specem:
+        plan.append(("specem", "specem", base, {}))
     out = _measure(models, prompts, plan, repeat)
     drafter = out["drafter_alone"]["s_per_token"]
     for label, row in out.items():
@@ -256,6 +274,23 @@ def bench_specem(models: list, prompts: list[str], budget: int, long_budget: int
     return out
 
 
+def reasoning_prompts(data: str | None, limit: int, seed: int) -> tuple[str, list[str]]:
+    """The data file used and ``limit`` of its questions as evaluate asks them."""
+    import os
+    from pathlib import Path
+
+    from .errors import SettingsError
+    from .evaluate import build_prompt, load_questions, select_questions
+
+    if limit < 1:
+        raise SettingsError(f"--limit must be at least 1; got {limit}.")
+    path = data or os.environ.get("ENSEMBLE_LENS_GSM8K") or str(Path(__file__).resolve().parents[1] / DEFAULT_DATA)
+    if not Path(path).is_file():
+        raise SettingsError(f"No GSM8K file at {path}: pass --data PATH.jsonl (or leave reasoning out of --only).")
+    questions = select_questions(load_questions(path), limit, seed)
+    return path, [build_prompt(q.question) for q in questions]
+
+
 def cmd_bench(args) -> int:
     from .settings import Settings
 
@@ -268,6 +303,7 @@ def cmd_bench(args) -> int:
 
         raise SettingsError(f"Unknown bench section(s) {unknown}; choose from {', '.join(SECTIONS)}.")
     prompts = PROMPTS[: max(1, min(args.prompts, len(PROMPTS)))]
+    data, reasoning = reasoning_prompts(args.data, args.limit, args.seed) if "reasoning" in sections else (None, [])
     import torch
 
     report: dict = {
@@ -288,6 +324,10 @@ def cmd_bench(args) -> int:
     ordered = [models[n] for n in names]
     if "methods" in sections and len(ordered) > 1:
         report["methods"] = bench_methods(ordered, prompts, args.max_new_tokens, args.lookahead, args.repeat)
+    if "reasoning" in sections and len(ordered) > 1:
+        report["reasoning"] = bench_methods(ordered, reasoning, args.reasoning_tokens, args.lookahead, args.repeat, specem=True)
+        report["reasoning"]["data"] = {"path": data, "questions": len(reasoning), "seed": args.seed,
+                                       "max_new_tokens": args.reasoning_tokens}
     if "specem" in sections and len(ordered) > 1:
         report["specem"] = bench_specem(ordered, prompts, args.max_new_tokens, args.specem_long, args.repeat)
     if args.json:
@@ -321,7 +361,7 @@ def format_report(report: dict) -> str:
             "  (draft discarded)"
         )
         for label, r in report["methods"].items():
-            if label == "targets":
+            if label in ("targets", "data"):
                 continue
             lines.append(
                 f"  {label:<13} {r['s_per_token']:>7.4f}  {r['ratio_to_drafter']:>8.3f}        {r['forward_only_ratio']:>8.3f}"
@@ -333,6 +373,25 @@ def format_report(report: dict) -> str:
             " the ratio these passes allow with zero other overhead"
         )
         lines.append(f"  targets: {report['methods']['targets']}")
+    if "reasoning" in report:
+        d = report["reasoning"]["data"]
+        lines.append(
+            f"\nreasoning prompts: {d['questions']} GSM8K questions of {d['path']} (seed {d['seed']}),"
+            f" {d['max_new_tokens']} new tokens"
+        )
+        lines.append(
+            "  method          s/token  ratio-to-drafter  forward-only   E/T  replaced  gated  discarded/drafted"
+            "  first-token-s  tokens"
+        )
+        for label, r in report["reasoning"].items():
+            if label in ("targets", "data"):
+                continue
+            lines.append(
+                f"  {label:<13} {r['s_per_token']:>7.4f}  {r['ratio_to_drafter']:>8.3f}        {r['forward_only_ratio']:>8.3f}"
+                f"   {r['et_ratio']:>6.3f}  {r['replacements']:>6}  {r['gated']:>5}  {r['draft_discarded']:>6}/{r['draft_tokens']:<6}"
+                f"     {r['first_token_s'] if r['first_token_s'] is not None else '-':>8}   {r['tokens']}"
+            )
+        lines.append("  (discarded: SAFE's draft tokens after a replacement; SpecEM's drafted counts every model's segments)")
     if "specem" in report:
         r = report["specem"]
         lines.append(

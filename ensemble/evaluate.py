@@ -44,15 +44,17 @@ INSTRUCTION = "Solve it step by step, then finish with 'The answer is N.' where 
 
 ENSEMBLE_SPECS = {"unite": ("unite", None), "gac": ("gac", None), "safe-unite": ("safe", "unite"),
                   "safe-gac": ("safe", "gac"), "specem": ("specem", None)}
-SPEC_HELP = "single:NAME, " + ", ".join(ENSEMBLE_SPECS)
+SPEC_HELP = "single:NAME, " + ", ".join(ENSEMBLE_SPECS) + " (an ensemble method may name its members: safe-unite@qwen=2+gemma3)"
 
 ROW_FIELDS = ["qid", "method", "prediction", "gold", "correct", "tokens", "et_ratio", "latency_s", "tokens_per_s",
-              "stop_reason", "corrupted", "looping", "error", "question", "text", "segment_wins", "final_weights"]
-_LATER_ROW_FIELDS = ("looping", "segment_wins", "final_weights")
+              "stop_reason", "corrupted", "looping", "error", "question", "text", "segment_wins", "final_weights",
+              "replaced", "discarded"]
+_LATER_ROW_FIELDS = ("looping", "segment_wins", "final_weights", "replaced", "discarded")
 """Row fields added after the first runs; older rows without them stay valid."""
 SUMMARY_FIELDS = ["method", "n", "correct", "accuracy", "ci_low", "ci_high", "mean_et", "tokens_per_s",
-                  "s_per_question", "corruption_rate", "mean_tokens", "loop_rate", "budget_rate"]
-OPTIONAL_SUMMARY_FIELDS = ("loop_rate", "budget_rate")
+                  "s_per_question", "corruption_rate", "mean_tokens", "loop_rate", "budget_rate",
+                  "replaced_per_100", "discarded_per_100"]
+OPTIONAL_SUMMARY_FIELDS = ("loop_rate", "budget_rate", "replaced_per_100", "discarded_per_100")
 """Added after the first summaries were written: a summary.csv without them still opens (shown as "–")."""
 _INT_FIELDS = ("n", "correct")
 MAX_SUMMARY_BYTES = 5 * 1024 * 1024
@@ -75,15 +77,23 @@ class MethodSpec:
         method: the engine's method (single | unite | gac | safe | specem).
         model: the model of a ``single:`` spec; None for ensemble methods (they use every ``--models`` entry).
         fusion: SAFE's fusion plug-in set by ``safe-unite`` / ``safe-gac``.
+        members: an ensemble method's own models (``safe-unite@qwen+gemma3``), in order (SAFE's drafter is the
+            first); None: every ``--models`` entry.
+        weights: the members' weights (``safe-unite@qwen=2+gemma3``: qwen 2, gemma3 1); they replace
+            ``--weights`` for this method.
     """
 
     label: str
     method: str
     model: str | None = None
     fusion: str | None = None
+    members: tuple[str, ...] | None = None
+    weights: tuple[tuple[str, float], ...] = ()
 
     def model_names(self, ensemble: list[str]) -> list[str]:
-        return [self.model] if self.model else list(ensemble)
+        if self.model:
+            return [self.model]
+        return list(self.members) if self.members else list(ensemble)
 
     def settings(self, base: Settings) -> Settings:
         """A fresh copy of ``base`` adjusted for this method (a single model ignores ensemble-only options)."""
@@ -92,7 +102,25 @@ class MethodSpec:
             out.drafter, out.weights, out.drafters, out.verifiers = None, {}, None, None
         if self.fusion:
             out.fusion = self.fusion
+        if self.members:
+            out.weights = dict(self.weights)
         return out
+
+
+def _members(label: str, text: str) -> tuple[tuple[str, ...], tuple[tuple[str, float], ...]]:
+    """``qwen=2+gemma3`` -> (("qwen", "gemma3"), (("qwen", 2.0),))."""
+    names, weights = [], []
+    for part in text.split("+"):
+        name, eq, weight = (x.strip() for x in part.partition("="))
+        if not name:
+            raise EvaluationError(f"{label}: an empty model name after '@'; write e.g. safe-unite@qwen=2+gemma3.")
+        names.append(name)
+        if eq:
+            try:
+                weights.append((name, float(weight)))
+            except ValueError as exc:
+                raise EvaluationError(f"{label}: the weight of {name} must be a number, not {weight!r}.") from exc
+    return tuple(names), tuple(weights)
 
 
 def parse_methods(text: str) -> list[MethodSpec]:
@@ -107,9 +135,14 @@ def parse_methods(text: str) -> list[MethodSpec]:
             if not name:
                 raise EvaluationError("'single:' needs a model name, e.g. single:qwen.")
             spec = MethodSpec(f"single:{name}", "single", model=name)
-        elif item.lower() in ENSEMBLE_SPECS:
-            method, fusion = ENSEMBLE_SPECS[item.lower()]
-            spec = MethodSpec(item.lower(), method, fusion=fusion)
+        elif item.split("@", 1)[0].strip().lower() in ENSEMBLE_SPECS:
+            base, at, members = item.partition("@")
+            method, fusion = ENSEMBLE_SPECS[base.strip().lower()]
+            if at:
+                names, weights = _members(item, members)
+                spec = MethodSpec(f"{base.strip().lower()}@{members.strip()}", method, fusion=fusion, members=names, weights=weights)
+            else:
+                spec = MethodSpec(base.strip().lower(), method, fusion=fusion)
         else:
             shown = item if len(item) <= 40 else item[:37] + "..."
             hint = " (a single model is written single:NAME)" if item in ("single", "safe") or ":" not in item else ""
@@ -255,6 +288,10 @@ def summarize(rows: Iterable[dict], methods: list[str] | None = None) -> list[di
                 "mean_tokens": round(tokens / n, 4),
                 "loop_rate": round(sum(1 for r in group if _looping(r)) / n, 6),
                 "budget_rate": round(sum(1 for r in group if r.get("stop_reason") == "budget") / n, 6),
+                # SAFE's drafting: replaced draft tokens and discarded draft tokens per 100 generated tokens
+                # (rows written before these fields existed count as 0).
+                "replaced_per_100": round(100 * sum(r.get("replaced") or 0 for r in group) / tokens, 4) if tokens else 0.0,
+                "discarded_per_100": round(100 * sum(r.get("discarded") or 0 for r in group) / tokens, 4) if tokens else 0.0,
             }
         )
     return out
@@ -343,7 +380,7 @@ class EvalConfig:
             raise EvaluationError(f"--limit must be a whole number of at least 1, not {self.limit!r}.")
         if not self.methods:
             raise EvaluationError(f"No methods to evaluate: give --methods, a comma list of {SPEC_HELP}.")
-        if any(s.model is None for s in self.methods) and not self.models:
+        if any(s.model is None and not s.members for s in self.methods) and not self.models:
             raise EvaluationError("Ensemble methods need --models (e.g. --models qwen,smollm2,gemma3).")
         for spec in self.methods:
             try:
@@ -354,10 +391,11 @@ class EvalConfig:
 
     def model_names(self) -> list[str]:
         """Every model the methods need, each once (the ensemble's first, then single-model ones)."""
-        names = [] if all(s.model for s in self.methods) else list(self.models)
+        names = [] if all(s.model or s.members for s in self.methods) else list(self.models)
         for spec in self.methods:
-            if spec.model and spec.model not in names:
-                names.append(spec.model)
+            for name in spec.model_names(self.models):
+                if name not in names:
+                    names.append(name)
         return names
 
     def fingerprint(self, data_sha256: str) -> dict:
@@ -518,6 +556,8 @@ def make_row(question: Question, label: str, trace=None, error: str | None = Non
         "question": question.question,
         "text": text,
         **_segment_outcome(trace),
+        "replaced": stats.decisions.get("ensembled_replaced", 0) if stats else 0,
+        "discarded": stats.draft_discarded if stats else 0,
     }
 
 
@@ -613,6 +653,11 @@ def summary_markdown(summary: list[dict], meta: dict, segments: dict[str, dict] 
         )
     if not summary:
         lines.append("| (no results yet) | | | | | | | | | | |")
+    drafting = [r for r in summary if r.get("replaced_per_100") or r.get("discarded_per_100")]
+    if drafting:
+        lines += ["", "Drafting (SAFE): replaced and discarded draft tokens per 100 generated tokens.", "",
+                  "| method | replacements / 100 tokens | discarded drafts / 100 tokens |", "|---|---:|---:|"]
+        lines += [f"| {r['method']} | {r['replaced_per_100']:.2f} | {r['discarded_per_100']:.2f} |" for r in drafting]
     if segments:
         lines += ["", "Segment ensembles: segments each model's draft won, and its Hedge weight after the last round "
                   "(mean over questions; equal weights at the start).", "",

@@ -2,17 +2,25 @@
 
 Two plug-ins meet on keys (the exact text a token appends, see :mod:`ensemble.keys`):
 
-* **UniTE** (Yao et al., arXiv 2410.03777): union of every model's top-k keys; each model's logit for a
+* **UniTE** (Yao et al., arXiv 2410.03777): union U of every model's top-k keys; each model's logit for a
   key is that of its token with exactly this key (the likeliest, when several ids share it), else of the
-  first token of its encoding of the key;
-  softmax over the union per model, then a weighted average.
+  first token of its encoding of the key, unless that token already stands for another key of U for this
+  model (exact keys claim their tokens first, then fallbacks in union order): then the key gets no mass
+  from the model, so one token's probability is never counted twice (UniTE's own rule); softmax over U per
+  model, then a weighted average.
 * **GaC** (Yu et al., arXiv 2406.12585): every token of every vocabulary is mapped once to its key in a
   union vocabulary (a 0/1 map per model, ids with one key summed); the fused distribution is the weighted
-  sum of the full distributions in that space.
+  sum of the full distributions in that space. GaC's gate (fuse only when the main model is unsure) is
+  applied by the methods, which know who the main model is.
 
 Sharpening (SAFE, Yun et al., arXiv 2510.15346, §3.3) runs only when the fused maximum is below 0.5:
-``heuristic`` moves the mass of every key that extends a confident drafter key onto it; ``geometric``
-uses the weighted geometric instead of the arithmetic mean.
+``heuristic`` applies §3.3's formula P(t_j) <- P(t_j) + sum of P(t_i) over the other candidates t_i that
+start with t_j, for every t_j of *the drafter's vocabulary* whose fused probability exceeds λ (the paper's
+"drafter's tokens": any key the drafter can write, not only its own top choices, since the fused
+probability above λ is what selects them); the sums use the unmodified values (no chaining) and the
+formula adds mass without taking it from the t_i (the paper's wording; only the argmax is used, which an
+absorbed t_i can never win over its absorber). The result is renormalised for display and sampling.
+``geometric`` uses the weighted geometric instead of the arithmetic mean.
 """
 
 from __future__ import annotations
@@ -28,7 +36,6 @@ from .keys import KeyTable, display_key
 from .trace import FusionRecord
 
 SHARPEN_BELOW = 0.5
-DRAFTER_TOP = 10
 
 
 @dataclass
@@ -65,18 +72,27 @@ def _pairs(keys: list[str], probs: torch.Tensor, k: int) -> list[list]:
     return [[display_key(keys[i]), round(float(v), 6)] for v, i in zip(values.tolist(), idx.tolist(), strict=True)]
 
 
-def heuristic_sharpen(keys: list[str], probs: torch.Tensor, drafter_keys: list[str], lam: float) -> torch.Tensor:
-    """SAFE's heuristic: for each of the drafter's top keys with fused probability above ``lam``, add the fused
-    mass of every other candidate key that starts with it (unmodified values, no chaining); renormalise."""
-    index = {k: i for i, k in enumerate(keys)}
+def heuristic_sharpen(keys: list[str], probs: torch.Tensor, drafter_keys, lam: float) -> torch.Tensor:
+    """SAFE's heuristic (§3.3): for each candidate key in ``drafter_keys`` (anything supporting ``in``: the
+    keys the drafter's vocabulary has) with fused probability above ``lam``, add the fused mass of every
+    other candidate key that starts with it (unmodified values, no chaining); renormalise."""
     out = probs.clone()
-    for key in drafter_keys:
-        i = index.get(key)
-        if i is None or float(probs[i]) <= lam:
+    for i in torch.nonzero(probs > lam).flatten().tolist():
+        key = keys[i]
+        if key not in drafter_keys:
             continue
-        extra = sum(float(probs[j]) for j, other in enumerate(keys) if j != i and other.startswith(key))
-        out[i] += extra
+        out[i] += sum(float(probs[j]) for j, other in enumerate(keys) if j != i and other.startswith(key))
     return out / out.sum()
+
+
+class _Vocab:
+    """``key in _Vocab(table)``: whether the table has a token with exactly this key."""
+
+    def __init__(self, table: KeyTable):
+        self.table = table
+
+    def __contains__(self, key: str) -> bool:
+        return bool(self.table.ids_for_key(key))
 
 
 class UnionVocab:
@@ -178,8 +194,7 @@ class Fuser:
             if self.sharpen == "geometric":
                 after = self._geometric(mapped)
             else:
-                drafter_keys = [k for k, _ in _top_keys(self.tables[drafter], probs[drafter], DRAFTER_TOP)]
-                after = self._heuristic(keys, before, drafter_keys)
+                after = self._heuristic(keys, before, _Vocab(self.tables[drafter]))
         final = after if after is not None else before
         choice = keys[int(torch.argmax(final))]
         record = FusionRecord(
@@ -215,8 +230,15 @@ class Fuser:
             single: list[int] = []  # one id per key, gathered in one op
             multi: list[tuple[int, list[int]]] = []
             missing: list[int] = []
+            exact = [table.ids_for_key(key) for key in keys]
+            claimed = {t for ids in exact for t in ids}  # tokens that already stand for a key of U
             for i, key in enumerate(keys):
-                ids = table.ids_for_key(key) or ([first] if (first := self._first(m, key)) is not None else [])
+                ids = exact[i]
+                if not ids:
+                    first = self._first(m, key)
+                    if first is not None and first not in claimed:
+                        ids = [first]
+                        claimed.add(first)
                 if not ids:
                     missing.append(i)
                     ids = [0]
@@ -254,14 +276,15 @@ class Fuser:
         log_mix = torch.where(present, log_mix, torch.full_like(log_mix, float("-inf")))
         return torch.softmax(log_mix, dim=0)
 
-    def _heuristic(self, keys: list[str], before: torch.Tensor, drafter_keys: list[str]) -> torch.Tensor:
+    def _heuristic(self, keys: list[str], before: torch.Tensor, drafter_vocab: _Vocab) -> torch.Tensor:
         if self.union is None:
-            return heuristic_sharpen(keys, before, drafter_keys, self.lam)
-        # GaC: prefix ranges in the sorted union make "every key that starts with k" one slice.
+            return heuristic_sharpen(keys, before, drafter_vocab, self.lam)
+        # GaC: at most 1/λ keys exceed λ; prefix ranges in the sorted union make "every key that starts
+        # with k" one slice.
         out = before.clone()
-        for key in drafter_keys:
-            i = self.union.position.get(key)
-            if i is None or float(before[i]) <= self.lam:
+        for i in torch.nonzero(before > self.lam).flatten().tolist():
+            key = self.union.keys[i]
+            if key not in drafter_vocab:
                 continue
             lo, hi = self.union.prefix_range(key)
             out[i] += float(before[self.union.order[lo:hi]].double().sum()) - float(before[i])

@@ -31,7 +31,7 @@ from .keys import KeyTable
 Progress = Callable[[str, float | None], None]
 """Progress callback: a message and a fraction done (None when unknown)."""
 
-PLAIN_TEMPLATE = "Question: {prompt}\nAnswer:"
+PLAIN_TEMPLATE = "Question: {prompt}\nAnswer:\n"
 PLAIN_STOPS = ("\nQuestion:",)
 
 

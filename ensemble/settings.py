@@ -12,6 +12,11 @@ FUSIONS = ("unite", "gac")
 SHARPENING = ("none", "heuristic", "geometric")
 SCORINGS = ("logprob", "logit")
 MAX_NEW_TOKENS = 4096
+SAMPLED_DRAFTS = (0.6, 0.9)
+"""SpecEM's released code drafts with temperature 0.6 and top-p 0.9 (``sample_drafts``)."""
+GAC_GATE = 0.5
+"""GaC's gate: the SAFE paper's setting ("GaC performs ensembling only when the main LLM's next-token
+probability falls below 0.5", §4.1)."""
 
 
 @dataclass
@@ -24,16 +29,21 @@ class Settings:
         top_p: nucleus sampling for sampled drafting.
         seed: random seed for sampling.
         top_k: UniTE's k (size of each model's candidate list) and the length of recorded top-k lists.
-        weights: model weights for fusion (equal when empty).
+        weights: model weights for fusion and for SAFE's consensus mean (a model not named weighs 1; 0 or more, not all 0).
         sharpen: none | heuristic | geometric; default heuristic for SAFE, none for every-token fusion.
         sharpen_lambda: the heuristic's threshold λ.
-        gac_gate: GaC's primary-model gate: fuse only when the primary's top probability is at most this.
+        gac_gate: GaC's gate (SAFE paper §4.1, kept inside GaC+SAFE in its Table 2): wherever GaC fuses (the
+            ``gac`` method, and SAFE with ``fusion="gac"``), fuse only when the main model's top next-token
+            probability is below this; otherwise take the main model's token (traced as ``gated``). The main
+            model is the drafter (the first model unless ``drafter`` is set). Default 0.5; None turns it off.
         drafter: SAFE's drafter (default: the first model).
         lookahead: SAFE's draft length n.
         fusion: SAFE's fusion plug-in (unite | gac).
         segment_len: SpecEM's segment length L in tokens.
         eta: SpecEM's Hedge step size eta0 (0 turns the online feedback off).
         scoring: SpecEM's verifier scoring (logprob | logit).
+        sample_drafts: SpecEM drafts by sampling at temperature 0.6, top-p 0.9 (the released code's drafting,
+            seeded by ``seed``) instead of greedily; verification and the vote stay as they are.
         drafters / verifiers: SpecEM's subsets of the models (default: all).
         stop_strings: strings that end the response (default: the templates' own, e.g. "\\nQuestion:").
         max_prompt_tokens: longer prompts are trimmed from the start, with a warning.
@@ -47,13 +57,14 @@ class Settings:
     weights: dict[str, float] = field(default_factory=dict)
     sharpen: str | None = None
     sharpen_lambda: float = 0.1
-    gac_gate: float | None = None
+    gac_gate: float | None = GAC_GATE
     drafter: str | None = None
     lookahead: int = 5
     fusion: str = "unite"
     segment_len: int = 10
     eta: float = 0.5
     scoring: str = "logprob"
+    sample_drafts: bool = False
     drafters: list[str] | None = None
     verifiers: list[str] | None = None
     stop_strings: list[str] | None = None
@@ -107,15 +118,21 @@ class Settings:
             raise SettingsError(f"Unknown fusion {str(self.fusion)[:40]!r}. Choose one of: {', '.join(FUSIONS)}.")
         if self.gac_gate is not None:
             self.gac_gate = _float("gac_gate", self.gac_gate, 0.0, 1.0)
+            if self.gac_gate <= 0:
+                raise SettingsError("gac_gate must be above 0 and at most 1 (the paper uses 0.5); use none to turn the gate off.")
         if not isinstance(self.weights, dict):
             raise SettingsError("weights must map model names to positive numbers, e.g. {\"qwen\": 2, \"gemma3\": 1}.")
         for name, weight in self.weights.items():
             if name not in models:
                 raise SettingsError(f"weights names {str(name)[:40]!r}, which is not one of the selected models ({', '.join(models)}).")
-            _float(f"weight of {name}", weight, 1e-9, 1e9)
+            self.weights[name] = _float(f"weight of {name}", weight, 0.0, 1e9)
+        if self.weights and sum(self.weights.get(n, 1.0) for n in models) <= 0:
+            raise SettingsError("The model weights sum to 0: give at least one model a weight above 0.")
         self.lookahead = _int("lookahead", self.lookahead, 1, 64)
         self.segment_len = _int("segment_len", self.segment_len, 1, 256)
         self.eta = _float("eta", self.eta, 0.0, 100.0)
+        if not isinstance(self.sample_drafts, bool):
+            raise SettingsError(f"sample_drafts must be true or false, not {str(self.sample_drafts)[:40]!r}.")
         if self.scoring not in SCORINGS:
             raise SettingsError(f"Unknown scoring {str(self.scoring)[:40]!r}. Choose one of: {', '.join(SCORINGS)}.")
         self.max_prompt_tokens = _int("max_prompt_tokens", self.max_prompt_tokens, 16, 1_000_000)

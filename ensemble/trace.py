@@ -25,7 +25,7 @@ DECISIONS = (
     "ensembled_kept",  # SAFE: fused, and the fused choice is the draft token
     "ensembled_replaced",  # SAFE: fused, and the fused choice replaced the draft token
     "fused",  # every-token UniTE / GaC
-    "gated",  # GaC gate: the primary model is confident (top probability above the gate), no fusion
+    "gated",  # GaC gate (gac, and SAFE with GaC): the main model's top probability is at or above the gate
     "segment",  # SpecEM: the token belongs to the winning segment of a round
 )
 

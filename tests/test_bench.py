@@ -28,3 +28,27 @@ def test_methods_report_accounts_for_forward_time_and_draft_waste(tiny):
         assert 0 <= row["draft_discarded"] <= row["rounds"] * (3 + 4)
     text = format_report({"settings": {}, "machine": {"dtype": "float32", "threads": 1}, "methods": report})
     assert "forward-only" in text and "safe_gac" in text
+
+
+def test_reasoning_section_uses_evaluates_questions_and_counts_replacements(tiny, tmp_path):
+    import json
+
+    from ensemble.bench import reasoning_prompts
+    from ensemble.evaluate import INSTRUCTION
+
+    data = tmp_path / "q.jsonl"
+    data.write_text("".join(json.dumps({"question": f"What is {i} + {i}?", "answer": f"#### {2 * i}"}) + "\n" for i in range(9)))
+    path, prompts = reasoning_prompts(str(data), 2, 0)
+    assert path == str(data) and len(prompts) == 2 and all(p.endswith(INSTRUCTION) for p in prompts)
+    assert prompts == reasoning_prompts(str(data), 2, 0)[1] != reasoning_prompts(str(data), 2, 1)[1]
+    models = [tiny["qwen"], tiny["smollm2"], tiny["gemma3"]]
+    report = bench_methods(models, prompts[:1], budget=12, lookahead=3, repeat=1, specem=True)
+    assert set(report) >= {"drafter_alone", "unite", "gac", "safe_unite", "safe_gac", "specem"}
+    for label in ("safe_unite", "safe_gac"):
+        row = report[label]
+        assert row["replacements"] <= row["rounds"] and row["draft_discarded"] <= row["draft_tokens"]
+        assert row["first_token_s"] is not None
+    assert report["unite"]["replacements"] == 0 and report["unite"]["gated"] == 0
+    report["data"] = {"path": path, "questions": 1, "seed": 0, "max_new_tokens": 12}
+    text = format_report({"settings": {}, "machine": {"dtype": "float32", "threads": 1}, "reasoning": report})
+    assert "reasoning prompts: 1 GSM8K questions" in text and "specem" in text

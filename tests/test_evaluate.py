@@ -274,17 +274,17 @@ def test_load_summary_round_trip_and_errors(tmp_path, fake):
     with pytest.raises(EvaluationError, match=r"missing column.*accuracy"):
         load_summary(bad)
     header = ",".join(SUMMARY_FIELDS)
-    bad.write_text(f"{header}\nunite,3,2,abc,0,1,0,1,1,0,5,0,0\n", encoding="utf-8")
+    bad.write_text(f"{header}\nunite,3,2,abc,0,1,0,1,1,0,5,0,0,0,0\n", encoding="utf-8")
     with pytest.raises(EvaluationError, match="line 2: accuracy must be a number"):
         load_summary(bad)
-    bad.write_text(f"{header}\nunite,3,5,1,0,1,0,1,1,0,5,0,0\n", encoding="utf-8")
+    bad.write_text(f"{header}\nunite,3,5,1,0,1,0,1,1,0,5,0,0,0,0\n", encoding="utf-8")
     with pytest.raises(EvaluationError, match=r"correct .5. is larger than n .3."):
         load_summary(bad)
     bad.write_text(f"{header}\nunite,3,2,1,0\n", encoding="utf-8")
     with pytest.raises(EvaluationError, match="line 2 has 5 fields"):
         load_summary(bad)
     # A summary written before the loop and budget columns existed still opens; those values are absent.
-    old = [c for c in SUMMARY_FIELDS if c not in ("loop_rate", "budget_rate")]
+    old = [c for c in SUMMARY_FIELDS if c not in ("loop_rate", "budget_rate", "replaced_per_100", "discarded_per_100")]
     bad.write_text(",".join(old) + "\nunite,3,2,0.666667,0.2,0.9,1,3.5,20,0,200\n", encoding="utf-8")
     (row,) = load_summary(bad)
     assert row["correct"] == 2 and row["mean_tokens"] == 200.0 and "loop_rate" not in row
@@ -307,10 +307,10 @@ def test_rows_outputs_and_meta(tmp_path, fake):
     assert summary == [
         {"method": "single:a", "n": 3, "correct": 3, "accuracy": 1.0, "ci_low": pytest.approx(0.438503, abs=1e-5),
          "ci_high": 1.0, "mean_et": 0.0, "tokens_per_s": 5.0, "s_per_question": 2.0, "corruption_rate": 0.0, "mean_tokens": 10.0,
-         "loop_rate": 0.0, "budget_rate": 0.0},
+         "loop_rate": 0.0, "budget_rate": 0.0, "replaced_per_100": 0.0, "discarded_per_100": 0.0},
         {"method": "unite", "n": 3, "correct": 0, "accuracy": 0.0, "ci_low": 0.0, "ci_high": pytest.approx(0.561497, abs=1e-5),
          "mean_et": 0.5, "tokens_per_s": 5.0, "s_per_question": 2.0, "corruption_rate": 0.0, "mean_tokens": 10.0,
-         "loop_rate": 0.0, "budget_rate": 0.0},
+         "loop_rate": 0.0, "budget_rate": 0.0, "replaced_per_100": 0.0, "discarded_per_100": 0.0},
     ]
     with open(out / "rows.csv", encoding="utf-8", newline="") as fh:
         csv_rows = list(csv.DictReader(fh))

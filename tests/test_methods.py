@@ -129,7 +129,7 @@ def test_replacement_restarts_drafting_and_caches_stay_exact(tiny):
 def test_every_token_methods_fuse_every_step(tiny):
     models = [tiny["qwen"], tiny["gemma3"]]
     for method in ("unite", "gac"):
-        trace = generate(models, PROMPT, method, Settings(max_new_tokens=12, stop_strings=[]))
+        trace = generate(models, PROMPT, method, Settings(max_new_tokens=12, stop_strings=[], gac_gate=None))
         assert trace.stats.et_ratio == 1.0
         assert all(t.decision == "fused" and t.fusion is not None for t in trace.tokens)
         assert "".join(trace.text[t.start : t.end] for t in trace.tokens) == trace.text

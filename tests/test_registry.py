@@ -82,4 +82,4 @@ def test_embedded_models_have_their_templates(embedded):
     assert embedded["smollm2"].template.kind == "chat"
     assert embedded["gemma3"].template.kind == "plain"  # a base model: Question/Answer template
     ids = embedded["gemma3"].prompt_ids("Hi")
-    assert embedded["gemma3"].tokenizer.decode(ids) == "<bos>Question: Hi\nAnswer:"
+    assert embedded["gemma3"].tokenizer.decode(ids) == "<bos>Question: Hi\nAnswer:\n"

@@ -9,7 +9,7 @@ from .charts import fusion_figure, topk_figure
 from .escape import safe, status_html, whitespace
 from .inspector import explain, inspector_json
 from .report import results_figures, results_html, write_report
-from .specem import rounds_html, score_heatmap, weights_figure
+from .specem import rounds_html, score_heatmap, weights_figure, weights_note
 from .splits import tokenization_html
 from .stats import compare_figure, compare_frame, stats_frame, stats_html, token_frame
 from .strip import StripBuilder, strip_html, token_groups
@@ -44,6 +44,7 @@ __all__ = [
     "tokenizers_html",
     "topk_figure",
     "weights_figure",
+    "weights_note",
     "whitespace",
     "write_report",
 ]

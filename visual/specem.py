@@ -163,3 +163,49 @@ def weights_figure(trace: RunTrace) -> go.Figure | None:
     fig = style(fig, 320, "Model weights over rounds (online feedback)")
     fig.update_layout(showlegend=True, legend=dict(orientation="h", y=-0.25))
     return fig
+
+
+WEIGHTS_MEANING = (
+    "A model's weight multiplies its scores when the verifiers vote. It grows when the *other* verifiers rank "
+    "that model's drafted segment above the rest (Hedge reward: the share of such comparisons it wins), by a "
+    "step that shrinks every round (eta0·sqrt(1/K)/t). It follows how the models judge each other's drafts, "
+    "not whether an answer is correct."
+)
+STILL_BELOW = 0.02
+"""Weights that never move further than this from equal are called flat in :func:`weights_note`."""
+
+
+def weights_note(trace: RunTrace) -> str:
+    """HTML next to the weights chart: what the weights mean, who won how many segments, and, when the weights
+    stayed flat, why (feedback off, one candidate per round, or rewards that did not separate the models)."""
+    if not _is_specem(trace):
+        return ""
+    last = rd.mapping(trace.rounds[-1].weights_after)
+    start = rd.mapping(trace.rounds[0].weights_before)
+    wins: dict[str, int] = {}
+    for rnd in trace.rounds:
+        if rnd.winner:
+            wins[rnd.winner] = wins.get(rnd.winner, 0) + 1
+    parts = [f"<p>{safe(WEIGHTS_MEANING)}</p>"]
+    if last:
+        shown = ", ".join(
+            f"{safe(label(m, glyphs=False))} won {wins.get(m, 0)} of {len(trace.rounds)} segments, weight "
+            f"{prob(start.get(m))} → {prob(w)}" for m, w in last.items()
+        )
+        parts.append(f"<p>This answer: {shown}.</p>")
+    moved = max((abs((rd.number(w) or 0.0) - (rd.number(start.get(m)) or 0.0)) for m, w in last.items()), default=0.0)
+    if moved < STILL_BELOW:
+        eta = rd.number(rd.setting(trace, "eta"))
+        rewarded = [rd.mapping(r.rewards) for r in trace.rounds if rd.mapping(r.rewards)]
+        if not eta:
+            why = "the online feedback is off (eta0 = 0), so the weights stay equal by design."
+        elif not rewarded:
+            why = "no round had two or more candidates to compare, so no model earned a reward."
+        else:
+            why = (
+                "the rewards did not separate the models: each model's segments won about as many of the other "
+                "verifiers' comparisons as the others' did, and the step shrinks every round, so the weights stay "
+                "near equal. That is the algorithm's honest answer for these members, not a display fault."
+            )
+        parts.append(f"<p><b>Why the lines stay flat:</b> {safe(why)}</p>")
+    return '<div class="el-weights-note">' + "".join(parts) + "</div>"

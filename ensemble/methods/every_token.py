@@ -96,7 +96,7 @@ def run_every_token(run: Run, fusion: str) -> Iterator:
         boundary = len(run.text)
         lead = adapters[primary]
         lead_probs = chooser.probs(logits[primary])
-        if gate is not None and float(lead_probs.max()) > gate:
+        if gate is not None and float(lead_probs.max()) >= gate:  # GaC fuses only below the gate
             token_id = chooser(logits[primary])
             key = lead.keys.key(token_id)
             decision, fused = "gated", None

@@ -6,10 +6,14 @@ token is decided at its left boundary:
 
 1. **stability (OOV-like) check**: if some verifier has no token edge there, fusing would hand it a prefix it
    never produces (SmolLM2 drafts ``S|of|ia``, Gemma holds ``Sofia`` whole): accept the draft token;
-2. **consensus**: accept when every verifier's argmax is its own next token, or when the mean probability
-   (drafter's of its token, each verifier's of its own) exceeds 0.5;
-3. **ensemble**: otherwise fuse (UniTE or GaC, with sharpening). The same key: keep walking. Another key:
-   keep the accepted prefix, append the fused key, discard the rest of the draft, end the round.
+2. **consensus**: accept when every verifier's argmax is its own next token, or when the weighted mean
+   probability sum(w * P) / sum(w) (drafter's of its token, each verifier's of its own; App. H) exceeds 0.5;
+3. **ensemble**: otherwise fuse (UniTE or GaC, with sharpening). With GaC, GaC's own gate comes first (§4.1,
+   kept in GaC+SAFE in Table 2): when the drafter's top probability is at least ``gac_gate`` its token is
+   accepted (``gated``). The same key: keep walking. Another key: keep the accepted prefix, append the fused
+   key, discard the rest of the draft, end the round; then the drafter re-tokenizes the response around the
+   new text (Alg. 1 re-tokenizes every model, the drafter included), so its next draft conditions on the
+   ids a text like this really has, not on its encoding of the key alone.
 
 Beyond the released code: any number of verifiers, KV caches cropped instead of recomputed, incremental
 re-tokenization, and a per-token trace of every decision.
@@ -24,7 +28,7 @@ import torch
 
 from ..adapter import ModelAdapter
 from ..fusion import Fuser
-from ..keys import EOS_KEY, display_key, is_control
+from ..keys import EOS_KEY, display_key, is_complete, is_control
 from ..trace import RoundRecord
 from .base import Chooser, Run, model_topk
 from .every_token import follow_key, record_followed
@@ -57,6 +61,7 @@ def run_safe(run: Run) -> Iterator:
         temperature=settings.temperature,
     )
     chooser = Chooser(settings.temperature, settings.top_p, settings.seed)
+    gate = settings.gac_gate if settings.fusion == "gac" else None
     stats = run.trace.stats
     round_index = 0
     while run.budget_left > 0:
@@ -103,7 +108,7 @@ def run_safe(run: Run) -> Iterator:
                         "details": {"blocked_by": [v.name for v in blocked], "boundary": boundary},
                     }
                 else:
-                    info = _decide(chooser, fuser, drafter, verifiers, at_edge, token_id, key, draft_logits, draft_probs, boundary)
+                    info = _decide(chooser, fuser, gate, drafter, verifiers, at_edge, token_id, key, draft_logits, draft_probs, boundary)
                 # How every model cuts the text around this point (what the inspector shows).
                 at = boundary if boundary is not None else drafter.ends[first + j]
                 info["details"]["splits"] = {a.name: a.tokens_near(at) for a in order}
@@ -140,6 +145,12 @@ def run_safe(run: Run) -> Iterator:
             if new_key == EOS_KEY:
                 ended = True
                 run.add("", EOS_KEY, "ensemble", "ensembled_replaced", condition=info.get("condition"),
+                        round_index=round_index, details=info["details"], fusion=info["fusion"], topk=info.get("topk"))
+            elif is_complete(new_key) and not is_control(new_key):
+                # Alg. 1 line 5: the drafter re-tokenizes the response with the new text (a tail window,
+                # equal to a full re-tokenization of that tail), so the key merges with the text before it.
+                drafter.sync(run.text + new_key)
+                run.add(new_key, new_key, "ensemble", "ensembled_replaced", condition=info.get("condition"),
                         round_index=round_index, details=info["details"], fusion=info["fusion"], topk=info.get("topk"))
             else:
                 piece, finisher, start_index = follow_key([drafter], [draft_logits], run.text, new_key)
@@ -190,8 +201,10 @@ def run_safe(run: Run) -> Iterator:
     return "budget"
 
 
-def _decide(chooser, fuser, drafter, verifiers, at_edge, token_id, key, draft_logits, draft_probs, boundary) -> dict:
-    """Consensus check, then fusion, for one draft token at a boundary every verifier shares."""
+def _decide(chooser, fuser, gate, drafter, verifiers, at_edge, token_id, key, draft_logits, draft_probs, boundary) -> dict:
+    """Consensus check, GaC's gate (``gate`` None: off), then fusion, for one draft token at a boundary every
+    verifier shares. The consensus mean is weighted by the models' fusion weights (App. H), which the fuser
+    holds normalised in the order drafter, verifiers."""
     p_draft = float(draft_probs[token_id])
     own, verifier_top = {}, {}
     unanimous = True
@@ -204,7 +217,8 @@ def _decide(chooser, fuser, drafter, verifiers, at_edge, token_id, key, draft_lo
         verifier_top[v.name] = model_topk(v, k=5, probs=probs)
         top = int(torch.argmax(probs))
         unanimous &= (top in v.keys.eos_ids) if next_id is None else (top == next_id)
-    mean_p = (p_draft + sum(p for _, p in own.values())) / (1 + len(verifiers))
+    weights = fuser.weights
+    mean_p = weights[0] * p_draft + sum(w * own[v.name][1] for w, v in zip(weights[1:], verifiers, strict=True))
     details = {
         "boundary": boundary,
         "per_model_top": {drafter.name: model_topk(drafter, k=5, probs=draft_probs), **verifier_top},
@@ -218,6 +232,10 @@ def _decide(chooser, fuser, drafter, verifiers, at_edge, token_id, key, draft_lo
         return {"decision": "consensus", "condition": "unanimous", "details": details}
     if mean_p > 0.5:
         return {"decision": "consensus", "condition": "confident", "details": details}
+    top = float(draft_probs.max())
+    if gate is not None and top >= gate:
+        details.update(primary=drafter.name, primary_top=round(top, 4), gate=gate)
+        return {"decision": "gated", "details": details}
     logits = [draft_logits] + [at_edge[v.name][boundary][1] for v in verifiers]
     fused = fuser.fuse(logits, drafter=0, draft_key=key, boundary=boundary)
     if chooser.greedy:

@@ -22,6 +22,7 @@ import torch
 
 from ..adapter import ModelAdapter
 from ..keys import EOS_KEY
+from ..settings import SAMPLED_DRAFTS
 from ..trace import RoundRecord
 from .base import Chooser, Run, StatusEvent
 
@@ -116,6 +117,8 @@ def run_specem(run: Run, recompute_context: bool = False) -> Iterator:
     drafters = [by_name[n] for n in (settings.drafters or list(by_name))]
     verifiers = [by_name[n] for n in (settings.verifiers or list(by_name))]
     chooser = Chooser(settings.temperature, settings.top_p, settings.seed)
+    if settings.sample_drafts:
+        chooser = Chooser(*SAMPLED_DRAFTS, settings.seed)  # the released code's drafting
     weights = {a.name: 1.0 / len(run.adapters) for a in run.adapters}
     stats = run.trace.stats
     owner: ModelAdapter | None = None  # whose tokens spell the response (the last winner)

@@ -1,0 +1,177 @@
+"""The rules of SAFE, GaC and UniTE as their papers define them (issue 14), each on a hand-built or real case."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ensemble.errors import SettingsError
+from ensemble.fusion import Fuser
+from ensemble.methods import EnsembleRun, RoundEvent, generate
+from ensemble.settings import Settings
+
+PROMPT = "Sofia went to Plovdiv in 1999. Where did Sofia go, and when? Answer in one sentence that starts with her name."
+FARMER = "A farmer has 17 sheep. All but 9 run away. Then he buys 4 more. How many sheep does he have now? Think step by step."
+
+
+def _logits(table, probs: dict[str, float], floor: float = -40.0) -> torch.Tensor:
+    """Logits whose softmax puts (about) ``probs`` on the tokens with these exact keys."""
+    out = torch.full((table.vocab_size,), floor)
+    for key, p in probs.items():
+        ids = table.ids_for_key(key)
+        assert len(ids) == 1, key
+        out[ids[0]] = math.log(p)
+    return out
+
+
+# -- UniTE ----------------------------------------------------------------------------------------------------
+def test_unite_fallback_never_counts_one_token_twice(tiny):
+    """Qwen has " Cec" but not " Cecilia", whose encoding starts with " Cec": UniTE's rule gives " Cecilia" no
+    mass from Qwen, because that token already stands for the key " Cec" (it used to vote twice)."""
+    qwen, gemma = tiny["qwen"].keys, tiny["gemma3"].keys
+    assert not qwen.ids_for_key(" Cecilia") and qwen.key(qwen.first_token_of(" Cecilia")) == " Cec"
+    fuser = Fuser(["qwen", "gemma3"], [qwen, gemma], fusion="unite", top_k=3)
+    q = _logits(qwen, {" Cec": 0.6, " Cecil": 0.4})
+    g = _logits(gemma, {" Cecilia": 0.5, " Cec": 0.3, " Cecil": 0.2})
+    fused = fuser.fuse([q, g])
+    assert set(fused.keys) >= {" Cec", " Cecil", " Cecilia"}
+    # Qwen over the union: 0.6 / 0.4 / 0 (not 0.6 again); Gemma: 0.3 / 0.2 / 0.5; equal weights.
+    assert fused.prob_of(" Cec") == pytest.approx(0.45, abs=1e-4)
+    assert fused.prob_of(" Cecil") == pytest.approx(0.30, abs=1e-4)
+    assert fused.prob_of(" Cecilia") == pytest.approx(0.25, abs=1e-4)
+    assert fused.choice == " Cec"
+
+
+# -- sharpening -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("fusion", ["unite", "gac"])
+def test_sharpening_scope_is_the_drafters_vocabulary(tiny, fusion):
+    """§3.3 sharpens "the drafter's tokens": any key of the drafter's vocabulary whose fused probability
+    exceeds λ, even one outside the drafter's own top 10. Here the drafter spreads its mass over 11 other
+    words; " The" is fused at 0.13 and absorbs " Then", " They" and " There" (0.14 + 0.14 + 0.12), so the
+    fused choice is " The" instead of " Then"."""
+    table = tiny["smollm2"].keys
+    fillers = [" apple", " banana", " cherry", " grape", " lemon", " mango", " house", " olive", " peach", " pear", " plum"]
+    drafter = _logits(table, {**{w: 0.94 / 11 for w in fillers}, " The": 0.06})
+    verifier = _logits(table, {" Then": 0.28, " They": 0.28, " There": 0.24, " The": 0.20})
+    fuser = Fuser(["drafter", "verifier"], [table, table], fusion=fusion, sharpen="heuristic", lam=0.1)
+    fused = fuser.fuse([drafter, verifier], drafter=0)
+    assert fused.record.sharpened
+    assert {k for k, _ in fused.record.before[:2]} == {" Then", " They"}
+    assert fused.choice == " The"
+    before = dict(fused.record.before)
+    expected = before[" The"] + before[" Then"] + before[" They"] + before[" There"]
+    total = 1.0 + sum(before[k] for k in (" Then", " They", " There"))  # what was added before renormalising
+    others = [k for k in fused.keys if k.startswith(" The") and k not in (" The", " Then", " They", " There")]
+    extra = sum(fused.prob_of(k) for k in others) * total  # GaC: tiny mass of " Their", " These", ...
+    assert fused.prob_of(" The") * total == pytest.approx(expected + extra, abs=1e-3)
+
+
+# -- GaC's gate -----------------------------------------------------------------------------------------------
+@pytest.mark.embedded
+def test_gac_gate_is_on_by_default_and_none_turns_it_off(embedded):
+    models = [embedded["qwen"], embedded["smollm2"]]
+    assert Settings().gac_gate == 0.5
+    trace = generate(models, PROMPT, "gac", Settings(max_new_tokens=12))
+    gated = [t for t in trace.tokens if t.decision == "gated"]
+    assert gated and all(t.details["primary_top"] >= 0.5 and t.details["gate"] == 0.5 for t in gated)
+    assert all(t.details["primary_top"] < 0.5 for t in trace.tokens if t.decision == "fused" and "primary_top" in t.details)
+    off = generate(models, PROMPT, "gac", Settings(max_new_tokens=12, gac_gate=None))
+    assert off.stats.et_ratio == 1.0 and not any(t.decision == "gated" for t in off.tokens)
+
+
+@pytest.mark.embedded
+def test_safe_with_gac_applies_the_gate_on_the_drafters_top_probability(embedded):
+    """Inside SAFE, GaC's gate decides after the stability and consensus checks: where SAFE would fuse and
+    the drafter's top probability is at least 0.5, the draft token stays (decision ``gated``)."""
+    models = [embedded["qwen"], embedded["smollm2"], embedded["gemma3"]]
+    trace = generate(models, FARMER, "safe", Settings(max_new_tokens=48, fusion="gac"))
+    gated = [t for t in trace.tokens if t.decision == "gated"]
+    assert gated
+    for t in gated:
+        assert t.fusion is None and t.model == "qwen" and t.details["primary"] == "qwen"
+        assert t.details["primary_top"] >= 0.5 and t.details["gate"] == 0.5 and t.details["mean_prob"] <= 0.5
+    for t in trace.tokens:
+        if t.fusion is not None:
+            assert t.details["per_model_top"]["qwen"][0][1] < 0.5  # fused only where the drafter is unsure
+    off = generate(models, FARMER, "safe", Settings(max_new_tokens=48, fusion="gac", gac_gate=None))
+    assert not any(t.decision == "gated" for t in off.tokens)
+    assert off.stats.ensemble_steps > trace.stats.ensemble_steps
+    unite = generate(models, FARMER, "safe", Settings(max_new_tokens=24, fusion="unite"))
+    assert not any(t.decision == "gated" for t in unite.tokens)  # the gate is GaC's, not UniTE's
+
+
+# -- weighted consensus ---------------------------------------------------------------------------------------
+def test_safe_consensus_mean_uses_the_model_weights(tiny):
+    """App. H: the consensus condition is sum(w * P) / sum(w) > 0.5 with the models' weights."""
+    models = [tiny["qwen"], tiny["gemma3"], tiny["smollm2"]]
+    weights = {"tiny-qwen": 3.0, "tiny-gemma3": 1.0, "tiny-smollm2": 0.5}
+    trace = generate(models, PROMPT, "safe", Settings(max_new_tokens=40, stop_strings=[], weights=weights))
+    checked = 0
+    for t in trace.tokens:
+        probs = t.details.get("probs")
+        if not probs:
+            continue
+        mean = sum(weights[m] * p for m, p in probs.items()) / sum(weights[m] for m in probs)
+        assert t.details["mean_prob"] == pytest.approx(mean, abs=2e-4)
+        if t.decision != "consensus" or t.condition == "confident":
+            assert (t.condition == "confident") == (mean > 0.5)
+        checked += 1
+    assert checked >= 5
+
+
+# -- the drafter after a replacement --------------------------------------------------------------------------
+def test_drafter_is_retokenized_after_a_replacement(tiny):
+    """Alg. 1 re-tokenizes every model after a replacement, the drafter included: its ids around the new text
+    are its own tokenization of that text, not its encoding of the fused key appended alone."""
+    models = [tiny["qwen"], tiny["gemma3"], tiny["smollm2"]]
+    job = EnsembleRun(models, PROMPT, "safe", Settings(max_new_tokens=60, stop_strings=[], lookahead=4))
+    drafter = job.adapters[0]
+    replaced = 0
+    for event in job.events():
+        if not isinstance(event, RoundEvent) or not event.record.details["replaced"]:
+            continue
+        replaced += 1
+        start = job.trace.tokens[-1].start  # the fused key that replaced the draft (in the drafter's text)
+        assert job.trace.tokens[-1].decision == "ensembled_replaced"
+        k = max(i for i in range(len(drafter.ids) + 1) if i == 0 or (drafter.clean[i - 1] and drafter.ends[i - 1] <= start))
+        k = max(0, k - 4)
+        while k > 0 and not drafter.clean[k - 1]:
+            k -= 1
+        offset = drafter.ends[k - 1] if k else 0
+        assert drafter.ids[k:] == drafter.keys.encode(drafter.text[offset:]), event.record.index
+    assert replaced >= 3
+
+
+# -- bad settings ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"gac_gate": 0.0}, "gac_gate must be above 0"),
+        ({"gac_gate": 1.5}, "gac_gate must be between"),
+        ({"weights": {"ghost": 1.0}}, "not one of the selected models"),
+        ({"weights": {"tiny-qwen": 0.0, "tiny-smollm2": 0}}, "sum to 0"),
+        ({"weights": {"tiny-qwen": -1.0}}, "weight of tiny-qwen"),
+    ],
+)
+def test_bad_gate_and_weights_are_one_line_errors(tiny, settings, message):
+    with pytest.raises(SettingsError) as err:
+        EnsembleRun([tiny["qwen"], tiny["smollm2"]], PROMPT, "safe", Settings(**settings))
+    assert message in str(err.value) and "\n" not in str(err.value)
+    assert EnsembleRun([tiny["qwen"], tiny["smollm2"]], PROMPT, "safe", Settings(weights={"tiny-qwen": 0.0}))
+
+
+# -- SpecEM's sampled drafting --------------------------------------------------------------------------------
+def test_specem_sampled_drafts_follow_the_seed(tiny):
+    models = [tiny["qwen"], tiny["smollm2"]]
+
+    def run(**kw):
+        return generate(models, PROMPT, "specem", Settings(max_new_tokens=16, segment_len=4, stop_strings=[], **kw)).text
+
+    greedy = run()
+    sampled = run(sample_drafts=True, seed=3)
+    assert sampled == run(sample_drafts=True, seed=3) and sampled != greedy
+    assert run(sample_drafts=True, seed=4) != sampled
+    with pytest.raises(SettingsError, match="sample_drafts must be true or false"):
+        EnsembleRun(models, PROMPT, "specem", Settings(sample_drafts="yes"))
