@@ -466,7 +466,7 @@ def build_app() -> gr.Blocks:
                         top_k = gr.Slider(1, 50, value=10, step=1, label="UniTE top-k")
                         gac_gate = gr.Slider(0.0, 1.0, value=0.5, step=0.05, label="GaC gate (paper: 0.5; 0 = off)")
                         segment_len = gr.Slider(1, 64, value=10, step=1, label="SpecEM segment length")
-                        eta = gr.Slider(0.0, 2.0, value=0.5, step=0.05, label="SpecEM η (0 = no feedback)")
+                        eta = gr.Slider(0.0, 10.0, value=Settings.eta, step=0.1, label="SpecEM η (0 = no feedback)")
                         scoring = gr.Radio(["logprob", "logit"], value="logprob", label="SpecEM scoring")
                         sample_drafts = gr.Checkbox(value=False, label="SpecEM: sample drafts (T 0.6, top-p 0.9)")
                 with gr.Row():

@@ -177,6 +177,7 @@ def _measure(models: list, prompts: list[str], plan: list[tuple], repeat: int) -
                         pass
                     elapsed = time.perf_counter() - t
                 peak[label] = max(peak.get(label, 0.0), mem.peak_mb)
+                _log(f"{label}, prompt {p + 1}/{len(prompts)}: {job.trace.stats.generated_tokens} tokens in {elapsed:.1f} s")
                 if (label, p) not in best or elapsed < best[(label, p)][0]:
                     best[(label, p)] = (elapsed, job.trace)
     out = {}

@@ -12,7 +12,7 @@ import traceback
 from .errors import EnsembleError, SettingsError
 from .outputs import check_output_file
 from .registry import DEFAULT_MODELS, resolve
-from .settings import GAC_GATE
+from .settings import GAC_GATE, Settings
 
 ANSI = {
     "consensus": "\x1b[32m",
@@ -72,7 +72,7 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--lookahead", type=int, default=5, help="SAFE draft length n (default 5)")
     g.add_argument("--fusion", default="unite", help="SAFE fusion: unite | gac")
     g.add_argument("--segment-len", type=int, default=10, help="SpecEM segment length (default 10)")
-    g.add_argument("--eta", type=float, default=0.5, help="SpecEM Hedge step eta0 (0 = no feedback)")
+    g.add_argument("--eta", type=float, default=Settings.eta, help="SpecEM Hedge step eta0 (default %(default)s; 0 = no feedback)")
     g.add_argument("--scoring", default="logprob", help="SpecEM scoring: logprob | logit")
     g.add_argument("--sample-drafts", action="store_true",
                    help="SpecEM: sample drafts at temperature 0.6, top-p 0.9 like the released code (default greedy)")
@@ -83,8 +83,6 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args):
-    from .settings import Settings
-
     return Settings(
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,

@@ -40,7 +40,10 @@ class Settings:
         lookahead: SAFE's draft length n.
         fusion: SAFE's fusion plug-in (unite | gac).
         segment_len: SpecEM's segment length L in tokens.
-        eta: SpecEM's Hedge step size eta0 (0 turns the online feedback off).
+        eta: SpecEM's Hedge step size eta0 (0 turns the online feedback off). Default 4, chosen by measurement
+            (docs/results.md, "SpecEM feedback"): on GSM8K answers of 128 tokens the step eta0·sqrt(1/K)/t adds
+            up to about 1.9·eta0 over 14 rounds, so at 0.5 the winning model's weight ends at 0.35 of 0.33
+            (flat on a chart) and at 4 at 0.45-0.51.
         scoring: SpecEM's verifier scoring (logprob | logit).
         sample_drafts: SpecEM drafts by sampling at temperature 0.6, top-p 0.9 (the released code's drafting,
             seeded by ``seed``) instead of greedily; verification and the vote stay as they are.
@@ -62,7 +65,7 @@ class Settings:
     lookahead: int = 5
     fusion: str = "unite"
     segment_len: int = 10
-    eta: float = 0.5
+    eta: float = 4.0
     scoring: str = "logprob"
     sample_drafts: bool = False
     drafters: list[str] | None = None

@@ -261,7 +261,7 @@ def test_specem_caches_match_a_full_recompute_after_rounds(tiny):
             assert drafts[0]["drafts"] == {record.candidates[0]["model"]: record.candidates[0]["text"]}
             drafts = []
             assert len(record.scores) == 3 and all(len(row) == len(record.candidates) for row in record.scores)
-            assert sum(record.weights_after.values()) == pytest.approx(1.0)
+            assert sum(record.weights_after.values()) == pytest.approx(1.0, abs=3e-6)  # each weight is rounded to 6 places
             winner = job.adapters[[a.name for a in job.adapters].index(record.winner)]
             assert winner.text == job.run.text
     assert rounds >= 2

@@ -185,7 +185,7 @@ def test_legend_lists_what_the_method_can_produce():
     def classes(html):
         return re.findall(r'class="el-swatch ([^"]+)"', html)
 
-    assert classes(visual.legend_html("safe", ["a", "b"])) == ["consensus", "oov_blocked", "ensembled_kept", "ensembled_replaced", "drafter"]
+    assert classes(visual.legend_html("safe", ["a", "b"])) == ["consensus", "oov_blocked", "gated", "ensembled_kept", "ensembled_replaced", "drafter"]
     assert classes(visual.legend_html("gac", ["a", "b"])) == ["fused", "gated"]
     assert classes(visual.legend_html("single", ["a"])) == ["drafter"]
     specem = visual.legend_html("specem", ["qwen", "smollm2", "gemma3"])
