@@ -127,9 +127,10 @@ def _hostile_trace(tmp_path: Path) -> Path:
     data["text"] += evil
     data["tokens"].append(dict(data["tokens"][0], index=len(data["tokens"]), text=evil, start=start, end=len(data["text"]),
                                decision="consensus", fusion=None))
-    data["models"][0] = "<img src=x onerror=window.__xss=4>"
+    old = data["models"][0]
+    text = json.dumps(data).replace(json.dumps(old), json.dumps("<img src=x onerror=window.__xss=4>"))  # everywhere
     path = tmp_path / "hostile.json"
-    path.write_text(json.dumps(data))
+    path.write_text(text)
     return path
 
 
