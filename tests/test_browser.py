@@ -127,9 +127,10 @@ def _hostile_trace(tmp_path: Path) -> Path:
     data["text"] += evil
     data["tokens"].append(dict(data["tokens"][0], index=len(data["tokens"]), text=evil, start=start, end=len(data["text"]),
                                decision="consensus", fusion=None))
-    data["models"][0] = "<img src=x onerror=window.__xss=4>"
+    old = data["models"][0]
+    text = json.dumps(data).replace(json.dumps(old), json.dumps("<img src=x onerror=window.__xss=4>"))  # everywhere
     path = tmp_path / "hostile.json"
-    path.write_text(json.dumps(data))
+    path.write_text(text)
     return path
 
 
@@ -183,3 +184,139 @@ def test_compare_tab_runs_methods_side_by_side(page):
     page.wait_for_selector("#cmp-plot .js-plotly-plot")
     assert "safe" in page.locator("#cmp-table").inner_text().lower()
     shot(page, "compare")
+
+
+# -- untrusted text as Markdown: no element, no request ---------------------------------------------------
+ATTACKER = "attacker.invalid"
+MARKDOWN = ("![t](http://attacker.invalid/img.png) [b](http://attacker.invalid/link) <img src=http://attacker.invalid/raw.png> "
+            "http://attacker.invalid/auto www.attacker.invalid/www <http://attacker.invalid/angle> [r] ![r][r]\n\n"
+            "[r]: http://attacker.invalid/ref")
+FROM_ATTACKER = (f'[src*="{ATTACKER}"], [href*="{ATTACKER}"], [srcset*="{ATTACKER}"], [poster*="{ATTACKER}"], '
+                 f'[style*="{ATTACKER}"], [data*="{ATTACKER}"]')
+
+
+def _markdown_trace(tmp_path: Path, fixture: str) -> Path:
+    """A fixture with Markdown image/link payloads in every field that reaches the page: model names (everywhere
+    they appear), the text and a token, top-k and fusion keys, SpecEM candidates, settings, warnings, error."""
+    data = json.loads((FIXTURES / f"{fixture}.json").read_text())
+    names = {m: f"{m}![m{i}](http://{ATTACKER}/model{i}.png)" for i, m in enumerate(data["models"])}
+
+    def walk(value):
+        if isinstance(value, dict):
+            return {names.get(k, k): walk(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        return names.get(value, value) if isinstance(value, str) else value
+
+    data = walk(data)
+    last = data["tokens"][-1]
+    eos = data["tokens"].pop() if last["start"] == last["end"] else None
+    start = len(data["text"])
+    data["text"] += MARKDOWN
+    data["tokens"].append(dict(last, index=len(data["tokens"]), text=MARKDOWN, start=start, end=len(data["text"]),
+                               model=data["models"][0], details={}, fusion=None, topk=[[MARKDOWN, 0.9]]))
+    if eos is not None:
+        data["tokens"].append(dict(eos, index=len(data["tokens"]), start=len(data["text"]), end=len(data["text"])))
+    for tok in data["tokens"]:
+        if tok.get("topk"):
+            tok["topk"][0][0] = MARKDOWN
+        if tok.get("fusion"):
+            tok["fusion"]["choice"] = MARKDOWN
+            tok["fusion"]["before"][0][0] = MARKDOWN
+    for rnd in data["rounds"]:
+        for cand in rnd["candidates"]:
+            cand["text"] = MARKDOWN
+        rnd["accepted_text"] = MARKDOWN
+    data["settings"]["drafter"] = MARKDOWN
+    data["warnings"], data["error"], data["prompt"] = [MARKDOWN], MARKDOWN, MARKDOWN
+    data["stats"]["stop_reason"] = MARKDOWN
+    path = tmp_path / f"markdown-{fixture}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _assert_nothing_from_the_attacker(page, requests: list[str]) -> None:
+    assert not [u for u in requests if ATTACKER in u], requests
+    assert page.locator(FROM_ATTACKER).count() == 0
+    html = page.evaluate("() => document.body.innerHTML")
+    import re
+
+    # innerHTML quotes every attribute value: an attribute pointing at the host would read ="http://attacker…
+    bad = [html[max(0, m.start() - 120) : m.end() + 40] for m in re.finditer(f'="(https?:)?//{re.escape(ATTACKER)}', html)]
+    assert not bad, bad
+
+
+def test_markdown_payloads_create_no_element_and_no_request(page, tmp_path):
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    # 1. Uploaded traces: every view of the Run tab, the inspector on several tokens, SpecEM's rounds.
+    for fixture in ("safe_math", "specem"):
+        page.reload()  # a fresh upload box (it shows the previous file otherwise)
+        page.wait_for_selector("#run-button")
+        page.get_by_role("tab", name="Trace").click()
+        page.locator("#upload input[type=file]").set_input_files(str(_markdown_trace(tmp_path, fixture)))
+        page.get_by_role("tab", name="Run").click()
+        page.wait_for_function("() => /Replaying|Could not/.test(document.querySelector('#status')?.innerText || '')")
+        assert "Replaying" in page.locator("#status").inner_text(), page.locator("#status").inner_text()
+        assert f"![m0](http://{ATTACKER}/model0.png)" in page.locator("#status").inner_text()  # shown as text
+        tokens = page.locator("#strip .el-tok")
+        for index in sorted({0, 3, tokens.count() - 2, tokens.count() - 1}):
+            tokens.nth(index).click()
+            page.wait_for_timeout(700)
+        table = page.get_by_text("Per-token table").first
+        if fixture == "safe_math":  # open it once: the table's cells hold the payloads too
+            table.click()
+            page.wait_for_selector("#token-table table")
+        page.wait_for_timeout(500)
+        _assert_nothing_from_the_attacker(page, requests)
+    # 2. Model output: qwen asked to repeat the payload (strip, status, inspector, table).
+    run(page, "Repeat this line exactly, character for character, and nothing else:\n" + MARKDOWN.split("\n")[0],
+        "Single model", ["qwen"], tokens=48)
+    wait_done(page)
+    assert ATTACKER in page.locator("#strip").inner_text()
+    page.locator("#strip .el-tok").nth(3).click()
+    page.wait_for_timeout(700)
+    # 3. SpecEM's drafts in the status line while the round's vote is pending.
+    page.evaluate("""() => {
+        window.__statuses = [];
+        new MutationObserver(() => window.__statuses.push(document.querySelector('#status').innerText))
+            .observe(document.querySelector('#status'), {subtree: true, childList: true, characterData: true});
+    }""")
+    run(page, "Output exactly this line: " + MARKDOWN.split("\n")[0], "SpecEM", ["qwen", "smollm2"], tokens=20)
+    page.wait_for_function("() => window.__statuses.some((s) => s.includes('drafted'))")
+    page.wait_for_function("() => /Done|Stopped|⚠️/.test(document.querySelector('#status')?.innerText || '')")
+    assert "Done" in page.locator("#status").inner_text(), page.locator("#status").inner_text()
+    # 4. The tokenizer tab with the payload as its text.
+    page.get_by_role("tab", name="Tokenizers").click()
+    before = page.locator("#tok-view").inner_text()
+    page.locator("#tok-text textarea").fill(MARKDOWN)
+    page.locator("#tok-button").click()
+    page.wait_for_function("(before) => (document.querySelector('#tok-view')?.innerText || before) !== before", arg=before)
+    page.wait_for_timeout(500)
+    _assert_nothing_from_the_attacker(page, requests)
+
+
+def test_specem_stop_commits_nothing_after_the_click(page):
+    """Stop pressed while a SpecEM round is drafting: the strip holds exactly the tokens it held at the click."""
+    run(page, "Write a long story about a journey from Sofia to Plovdiv.", "SpecEM", ["qwen", "smollm2", "gemma3"],
+        tokens=300)
+    page.wait_for_selector("#strip .el-tok")
+    # Click Stop the moment the status says a later round is drafting, counting the strip in the same instant.
+    at_click = page.evaluate(
+        """() => new Promise((resolve) => {
+            const check = () => {
+                const status = document.querySelector('#status')?.innerText || '';
+                const count = document.querySelectorAll('#strip .el-tok').length;
+                if (count > 0 && /Round [1-9]\\d*: .*drafting/.test(status)) {
+                    document.querySelector('#stop-button').click();
+                    resolve(count);
+                } else {
+                    setTimeout(check, 5);
+                }
+            };
+            check();
+        })"""
+    )
+    page.wait_for_function("() => (document.querySelector('#status')?.innerText || '').includes('Stopped')")
+    page.wait_for_timeout(1000)
+    assert page.locator("#strip .el-tok").count() == at_click
