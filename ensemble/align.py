@@ -11,17 +11,15 @@ from __future__ import annotations
 from itertools import pairwise
 
 from .errors import InputError
-from .keys import KeyTable, display_key, replace_lone_surrogates
-
-MAX_TEXT_CHARS = 1_000_000
+from .keys import MAX_PROMPT_CHARS, KeyTable, display_key, replace_lone_surrogates
 
 
 def clean_text(text) -> tuple[str, list[str]]:
     """Accept any text; lone surrogates (not encodable) are replaced, with a note."""
     if not isinstance(text, str):
         raise InputError("The text must be a string.")
-    if len(text) > MAX_TEXT_CHARS:
-        raise InputError(f"The text has {len(text):,} characters; the limit is {MAX_TEXT_CHARS:,}.")
+    if len(text) > MAX_PROMPT_CHARS:  # the prompt limit: what the app accepts as a prompt can be tokenized, no more
+        raise InputError(f"The text has {len(text):,} characters; the limit is {MAX_PROMPT_CHARS:,}.")
     text, replaced = replace_lone_surrogates(text)
     notes = ["The text held lone surrogates (invalid UTF-16 halves); they were replaced by '?'."] if replaced else []
     return text, notes

@@ -27,6 +27,10 @@ CONTROL = "\uffff<ctrl>"
 _BYTE_TOKEN = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 _ESCAPED_BYTE = re.compile(r"[\udc80-\udcff]")
 
+MAX_PROMPT_CHARS = 200_000
+"""Longest text accepted at all, declared once: prompts (``clean_prompt``; longer than a model's context they are
+trimmed later, with a warning) and texts to tokenize (``align.compare``: the Tokenizers tab, ``/tokenize``, the CLI)."""
+
 
 def replace_lone_surrogates(text: str) -> tuple[str, bool]:
     """Text that can be encoded as UTF-8: lone surrogates (halves of UTF-16 pairs) become '?'."""

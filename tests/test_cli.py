@@ -44,6 +44,10 @@ def test_tokenize_hostile_and_huge_input(tmp_path):
     assert out.returncode == 0 and len(json.loads(out.stdout)["text"]) > 100_000
     empty = cli("tokenize", "", "--json")
     assert empty.returncode == 0 and json.loads(empty.stdout)["agreement"] == 100.0
+    huge = tmp_path / "huge.txt"  # one character past the limit the app's prompts and /tokenize share
+    huge.write_text("x" * 200_001)
+    out = cli("tokenize", "--file", str(huge), "--models", "smollm2", "--json")
+    assert out.returncode == 2 and out.stderr.strip() == "error: The text has 200,001 characters; the limit is 200,000."
 
 
 @pytest.mark.embedded  # the CLI reads the embedded models' tokenizers from their packages

@@ -411,3 +411,18 @@ def test_twenty_runs_do_not_grow_memory(client):
         _api(client, f"Name three rivers in Bulgaria. ({i})", max_new_tokens=16)
     growth = (rss() - baseline) / baseline
     assert growth < 0.05, f"resident memory grew {growth:.1%} over 20 runs"
+
+
+def test_tokenize_text_length_limit_is_the_prompt_limit(client):
+    """/tokenize and the Tokenizers tab take what the app takes as a prompt (200,000 characters) and say so past it."""
+    import app
+    from ensemble.methods.base import MAX_PROMPT_CHARS
+
+    at_limit = ("Sofia went to Plovdiv. " * (MAX_PROMPT_CHARS // 23 + 1))[:MAX_PROMPT_CHARS]
+    result = client.predict(text=at_limit, models="smollm2", api_name="/tokenize")
+    assert len(result["text"]) == MAX_PROMPT_CHARS and result["models"]["smollm2"]["count"] > 10_000
+    over = at_limit + "x"
+    with pytest.raises(Exception, match=f"{MAX_PROMPT_CHARS + 1:,} characters; the limit is {MAX_PROMPT_CHARS:,}"):
+        client.predict(text=over, models="smollm2", api_name="/tokenize")
+    view, counts = app.tokenize_view(over, ["smollm2", "gemma3"], False)  # the Tokenizers tab's handler
+    assert f"the limit is {MAX_PROMPT_CHARS:,}" in view and 'class="el-error"' in view and counts is None

@@ -11,7 +11,7 @@ import torch
 
 from ..adapter import ModelAdapter
 from ..errors import Cancelled, InputError
-from ..keys import EOS_KEY, display_key, replace_lone_surrogates
+from ..keys import EOS_KEY, MAX_PROMPT_CHARS, display_key, replace_lone_surrogates
 from ..settings import Settings
 from ..trace import FusionRecord, RoundRecord, RunTrace, TokenRecord
 
@@ -39,9 +39,6 @@ class StatusEvent:
 
 CHAR_EXTRA = 3
 """Tokens a run may add beyond its budget to finish a character (a UTF-8 character has at most 4 bytes)."""
-
-MAX_PROMPT_CHARS = 200_000
-"""Longest prompt accepted at all; prompts longer than a model's context are trimmed (with a warning) later."""
 
 
 def clean_prompt(prompt) -> tuple[str, list[str]]:
