@@ -296,6 +296,75 @@ def test_markdown_payloads_create_no_element_and_no_request(page, tmp_path):
     _assert_nothing_from_the_attacker(page, requests)
 
 
+PAYLOAD_LINE = f"![a](http://{ATTACKER}/a.png) [b](http://{ATTACKER}/b)"
+
+
+def _summary_csv(path: Path, method_cells: list[str], accuracy: str = "0.5") -> Path:
+    """A summary.csv in the evaluation's columns, with an extra text column and header (ignored, never shown)."""
+    import csv
+
+    header = ["method", "n", "correct", "accuracy", "ci_low", "ci_high", "mean_et", "tokens_per_s", "s_per_question",
+              "corruption_rate", "mean_tokens", "loop_rate", "budget_rate", f"note {PAYLOAD_LINE}"]
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(header)
+        for i, method in enumerate(method_cells):
+            writer.writerow([method, 10, 5, accuracy, 0.2, 0.8, 1.0 + i, 3.5, 2.0 + i, 0, 20, 0.1, 0.2, MARKDOWN])
+    return path
+
+
+def test_markdown_payloads_in_compare_and_results_tabs(page, tmp_path):
+    """The Compare tab (live model output repeating the payload, its cards, stats table and chart) and the
+    Results tab (method names, model names and text cells of an uploaded summary.csv; a malformed one whose
+    error message echoes a payload): no element points at the attacker and no request goes there."""
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    # 1. Compare: single and UniTE on qwen + smollm2, asked to output the payload.
+    page.get_by_role("tab", name="Compare").click()
+    page.locator("#cmp-prompt textarea").fill(f"Output exactly this line: {PAYLOAD_LINE}")
+    column = page.locator("#cmp-tokens").locator("xpath=ancestor::div[.//label[contains(., 'Single model')]][1]")
+    for label, want in [("Single model", True), ("UniTE (fuse every token)", True), ("SAFE (fuse only where safe)", False),
+                        ("qwen", True), ("smollm2", True), ("gemma3", False)]:
+        box = column.get_by_label(label, exact=True)
+        if box.is_checked() != want:
+            box.click()
+    page.locator("#cmp-tokens input[type=number]").fill("32")
+    page.locator("#cmp-tokens input[type=number]").press("Enter")
+    page.locator("#cmp-button").click()
+    page.wait_for_function("() => document.querySelectorAll('#cmp-view .el-compare-card').length >= 2", timeout=300_000)
+    page.wait_for_selector("#cmp-plot .js-plotly-plot")
+    assert ATTACKER in page.locator("#cmp-view").inner_text()  # the model repeated it: shown as text
+    assert "single" in page.locator("#cmp-table").inner_text().lower()
+    bars = page.locator("#cmp-plot .bars .point path")
+    if bars.count():
+        bars.first.hover(force=True)  # the hover box: escaped labels too
+        page.wait_for_timeout(300)
+    page.wait_for_timeout(500)
+    _assert_nothing_from_the_attacker(page, requests)
+    # 2. Results: payloads as method names (alone, with a model name, the long mixed line) and in a text cell.
+    methods = [PAYLOAD_LINE, f"single:qwen![m](http://{ATTACKER}/m.png)", MARKDOWN.split("\n")[0], "<img src=x onerror=alert(1)>"]
+    good = _summary_csv(tmp_path / "summary.csv", methods)
+    bad = _summary_csv(tmp_path / "bad-summary.csv", ["safe"], accuracy=f"[b](http://{ATTACKER}/b)")
+    for path, expect in ((good, "table"), (bad, ".el-error")):
+        page.reload()  # a fresh upload box
+        page.wait_for_selector("#run-button")
+        page.get_by_role("tab", name="Results").click()
+        page.locator("#results-file input[type=file]").set_input_files(str(path))
+        page.wait_for_selector(f"#results-view {expect}")
+        shown = page.locator("#results-view").inner_text()
+        if expect == "table":
+            assert PAYLOAD_LINE in shown and f"![m](http://{ATTACKER}/m.png)" in shown  # as text
+            page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 2")
+            points = page.locator(".js-plotly-plot .bars .point path")
+            if points.count():
+                points.first.hover(force=True)
+                page.wait_for_timeout(300)
+        else:
+            assert f"not '[b](http://{ATTACKER}/b)'" in shown, shown  # the error echoes the payload, as text
+        page.wait_for_timeout(500)
+        _assert_nothing_from_the_attacker(page, requests)
+
+
 def test_specem_stop_commits_nothing_after_the_click(page):
     """Stop pressed while a SpecEM round is drafting: the strip holds exactly the tokens it held at the click."""
     run(page, "Write a long story about a journey from Sofia to Plovdiv.", "SpecEM", ["qwen", "smollm2", "gemma3"],
