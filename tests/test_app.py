@@ -85,8 +85,8 @@ def test_results_view_opens_an_evaluation_summary(tmp_path):
     from ensemble.evaluate import SUMMARY_FIELDS
 
     rows = [
-        ["single:qwen", 60, 21, 0.35, 0.24, 0.48, 0.0, 9.1, 24.0, 0.0, 180.0, 0.02, 0.5],
-        ["safe-unite", 60, 24, 0.40, 0.29, 0.53, 0.04, 7.0, 31.0, 0.0, 185.0, 0.3, 0.55],
+        ["single:qwen", 60, 21, 0.35, 0.24, 0.48, 0.0, 9.1, 24.0, 0.0, 180.0, 0.02, 0.5, 0.0, 0.0],
+        ["safe-unite", 60, 24, 0.40, 0.29, 0.53, 0.04, 7.0, 31.0, 0.0, 185.0, 0.3, 0.55, 2.5, 9.0],
     ]
     path = tmp_path / "summary.csv"
     path.write_text(",".join(SUMMARY_FIELDS) + "\n" + "\n".join(",".join(map(str, r)) for r in rows) + "\n")
