@@ -29,16 +29,18 @@ DEFAULT_DATA = "../shared/data/gsm8k/test.jsonl"
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    from .settings import add_arguments
+
     p.add_argument("--models", default="qwen,smollm2,gemma3")
-    p.add_argument("--max-new-tokens", type=int, default=48)
+    # The engine settings bench varies come from Settings' declarations; bench's own defaults and help override.
+    add_arguments(p, only=("max_new_tokens", "seed", "lookahead"), max_new_tokens={"default": 48},
+                  seed={"help": "which questions (as evaluate chooses them)"})
     p.add_argument("--prompts", type=int, default=2, help="how many of the built-in prompts to use (1-3)")
     p.add_argument("--repeat", type=int, default=3, help="best of N interleaved timings (default 3)")
-    p.add_argument("--lookahead", type=int, default=5)
     p.add_argument("--only", default=",".join(SECTIONS), help=f"comma list of sections: {', '.join(SECTIONS)}")
     p.add_argument("--data", default=None, help="GSM8K-format JSONL for the reasoning section "
                    f"(default: $ENSEMBLE_LENS_GSM8K or {DEFAULT_DATA})")
     p.add_argument("--limit", type=int, default=2, help="how many of its questions (chosen by --seed; default 2)")
-    p.add_argument("--seed", type=int, default=0, help="which questions (as evaluate chooses them)")
     p.add_argument("--reasoning-tokens", type=int, default=128, help="answer length of the reasoning section")
     p.add_argument("--specem-long", type=int, default=400, help="long SpecEM run for the linear-cost check")
     p.add_argument("--dtype", default="auto", help="auto (bfloat16 on CPUs with native bf16, else float32) | float32 | bfloat16")

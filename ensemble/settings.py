@@ -1,9 +1,12 @@
-"""Engine settings shared by every method, with validation that explains what is wrong."""
+"""Engine settings shared by every method, declared once: each field carries its help, bounds, choices and
+widget, and the validation, the CLI flags (:func:`add_arguments`, :func:`from_args`) and the app's controls
+are all made from that one declaration. A new setting is one field here."""
 
 from __future__ import annotations
 
+import argparse
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from .errors import SettingsError, name_list
 
@@ -17,6 +20,52 @@ SAMPLED_DRAFTS = (0.6, 0.9)
 GAC_GATE = 0.5
 """GaC's gate: the SAFE paper's setting ("GaC performs ensembling only when the main LLM's next-token
 probability falls below 0.5", §4.1)."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How one setting is checked, offered on the command line and shown in the app.
+
+    Attributes:
+        help: the flag's help (``%(default)s`` is argparse's); empty for none.
+        lo / hi: inclusive bounds of a number (``hi`` None: no fixed upper bound).
+        choices: the allowed strings.
+        kind: ``int``, ``float``, ``choice``, ``flag`` (a bool), ``weights``, ``gate`` (a probability or
+            none), ``models`` (a comma list of model names), ``strings`` (a repeatable flag) or ``model``.
+        flag: the CLI flag (default: ``--`` and the name with dashes); None: no flag.
+        metavar: the flag's metavar.
+        label: the app's label; None: the app has no engine control for it.
+        widget: ``slider``, ``number``, ``radio`` or ``checkbox``.
+        step: the slider's step.
+        widget_hi: the slider's end where the setting has no fixed upper bound.
+        app_default: the app's starting value where it differs from the engine's default (None: the same).
+        none_as: the widget value that stands for None (``"auto"`` for sharpening, ``0`` for the gate).
+        elem_id: the control's DOM id (the browser tests find it by that).
+        dest: the attribute argparse stores the flag in (default: the setting's name).
+    """
+
+    help: str = ""
+    lo: float | None = None
+    hi: float | None = None
+    choices: tuple[str, ...] = ()
+    kind: str = ""
+    flag: str | None = ""
+    metavar: str | None = None
+    label: str | None = None
+    widget: str = ""
+    step: float = 1
+    widget_hi: float | None = None
+    app_default: object = None
+    none_as: object = None
+    elem_id: str | None = None
+    dest: str | None = None
+
+
+def setting(default=MISSING, *, factory=MISSING, **spec):
+    """A dataclass field whose metadata holds its :class:`Spec`."""
+    if factory is not MISSING:
+        return field(default_factory=factory, metadata={"spec": Spec(**spec)})
+    return field(default=default, metadata={"spec": Spec(**spec)})
 
 
 @dataclass
@@ -50,28 +99,47 @@ class Settings:
         drafters / verifiers: SpecEM's subsets of the models (default: all).
         stop_strings: strings that end the response (default: the templates' own, e.g. "\\nQuestion:").
         max_prompt_tokens: longer prompts are trimmed from the start, with a warning.
+
+    Each field's metadata (:class:`Spec`) is the one declaration of its flag, bounds and control.
     """
 
-    max_new_tokens: int = 128
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int = 0
-    top_k: int = 10
-    weights: dict[str, float] = field(default_factory=dict)
-    sharpen: str | None = None
-    sharpen_lambda: float = 0.1
-    gac_gate: float | None = GAC_GATE
-    drafter: str | None = None
-    lookahead: int = 5
-    fusion: str = "unite"
-    segment_len: int = 10
-    eta: float = 4.0
-    scoring: str = "logprob"
-    sample_drafts: bool = False
-    drafters: list[str] | None = None
-    verifiers: list[str] | None = None
-    stop_strings: list[str] | None = None
-    max_prompt_tokens: int = 2048
+    max_new_tokens: int = setting(128, kind="int", lo=1, hi=MAX_NEW_TOKENS, label="Max new tokens", widget="slider",
+                                  app_default=96, elem_id="max-tokens")
+    temperature: float = setting(0.0, kind="float", lo=0.0, hi=10.0, help="0 = greedy (default)",
+                                 label="Temperature (0 = greedy)", widget="slider", step=0.05)
+    top_p: float = setting(1.0, kind="float", lo=0.0, hi=1.0, label="Top-p", widget="slider", step=0.05)
+    seed: int = setting(0, kind="int", lo=0, hi=2**63 - 1, help="random seed (sampling; evaluate: which questions)",
+                        label="Seed", widget="number")
+    top_k: int = setting(10, kind="int", lo=1, hi=None, help="UniTE's k (default 10)", label="UniTE top-k",
+                         widget="slider", widget_hi=50)
+    weights: dict[str, float] = setting(factory=dict, kind="weights",
+                                        help="model weights, e.g. qwen=2,gemma3=1 (default equal)")
+    sharpen: str | None = setting(None, kind="choice", choices=SHARPENING, help="default: heuristic for safe, none for unite/gac",
+                                  label="Sharpening", widget="radio", none_as="auto")
+    sharpen_lambda: float = setting(0.1, kind="float", lo=0.0, hi=1.0, flag="--lambda", help="heuristic sharpening threshold",
+                                    label="Heuristic λ", widget="slider", step=0.01)
+    gac_gate: float | None = setting(
+        GAC_GATE, kind="gate", lo=0.0, hi=1.0, metavar="P|none",
+        help="GaC (and SAFE with --fusion gac): fuse only when the main model's top probability is below P"
+        " (default %(default)s, the paper's; none = fuse every time)",
+        label="GaC gate (paper: 0.5; 0 = off)", widget="slider", step=0.05, none_as=0)
+    drafter: str | None = setting(None, kind="model", help="SAFE drafter (default: the first model)")
+    lookahead: int = setting(5, kind="int", lo=1, hi=64, help="SAFE draft length n (default 5)", label="SAFE lookahead n",
+                             widget="slider")
+    fusion: str = setting("unite", kind="choice", choices=FUSIONS, help="SAFE fusion: unite | gac", label="SAFE fusion",
+                          widget="radio")
+    segment_len: int = setting(10, kind="int", lo=1, hi=256, help="SpecEM segment length (default 10)",
+                               label="SpecEM segment length", widget="slider")
+    eta: float = setting(4.0, kind="float", lo=0.0, hi=100.0, help="SpecEM Hedge step eta0 (default %(default)s; 0 = no feedback)",
+                         label="SpecEM η (0 = no feedback)", widget="slider", step=0.05)
+    scoring: str = setting("logprob", kind="choice", choices=SCORINGS, help="SpecEM scoring: logprob | logit",
+                           label="SpecEM scoring", widget="radio")
+    sample_drafts: bool = setting(False, kind="flag", label="SpecEM: sample drafts (T 0.6, top-p 0.9)", widget="checkbox",
+                                  help="SpecEM: sample drafts at temperature 0.6, top-p 0.9 like the released code (default greedy)")
+    drafters: list[str] | None = setting(None, kind="models", help="SpecEM drafting models (default: all)")
+    verifiers: list[str] | None = setting(None, kind="models", help="SpecEM verifying models (default: all)")
+    stop_strings: list[str] | None = setting(None, kind="strings", flag="--stop", dest="stop", help="stop string (repeatable)")
+    max_prompt_tokens: int = setting(2048, kind="int", lo=16, hi=1_000_000)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -102,43 +170,23 @@ class Settings:
             raise SettingsError("No models selected: choose at least one model.")
         if len(set(models)) != len(models):
             raise SettingsError(f"A model is listed twice in {', '.join(models)}; list each model once.")
-        self.max_new_tokens = _int("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS)
-        self.temperature = _float("temperature", self.temperature, 0.0, 10.0)
-        self.top_p = _float("top_p", self.top_p, 0.0, 1.0)
-        if self.top_p <= 0:
-            raise SettingsError("top_p must be above 0 (1 keeps the whole distribution).")
-        self.seed = _int("seed", self.seed, 0, 2**63 - 1)
         if vocab_sizes:  # before the models load their vocabularies are unknown: only the lower bound is checked
             smallest = min(vocab_sizes, key=vocab_sizes.__getitem__)
             size = vocab_sizes[smallest]
             self.top_k = _int("top_k", self.top_k, 1, size, why=f"the smallest vocabulary, {smallest}'s, has {size:,} tokens")
-        else:
-            self.top_k = _int("top_k", self.top_k, 1, None)
-        self.sharpen_lambda = _float("sharpen_lambda", self.sharpen_lambda, 0.0, 1.0)
-        if self.sharpen is not None and self.sharpen not in SHARPENING:
-            raise SettingsError(f"Unknown sharpening {str(self.sharpen)[:40]!r}. Choose one of: {', '.join(SHARPENING)}.")
-        if self.fusion not in FUSIONS:
-            raise SettingsError(f"Unknown fusion {str(self.fusion)[:40]!r}. Choose one of: {', '.join(FUSIONS)}.")
-        if self.gac_gate is not None:
-            self.gac_gate = _float("gac_gate", self.gac_gate, 0.0, 1.0)
-            if self.gac_gate <= 0:
-                raise SettingsError("gac_gate must be above 0 and at most 1 (the paper uses 0.5); use none to turn the gate off.")
-        if not isinstance(self.weights, dict):
-            raise SettingsError("weights must map model names to positive numbers, e.g. {\"qwen\": 2, \"gemma3\": 1}.")
+        for f in fields(self):  # 1. each value on its own: type, bounds and choices from its declaration
+            setattr(self, f.name, _checked(f.name, getattr(self, f.name), spec_of(f.name)))
+        # 2. what one declaration cannot say: exclusive bounds and the names of the selected models
+        if self.top_p <= 0:
+            raise SettingsError("top_p must be above 0 (1 keeps the whole distribution).")
+        if self.gac_gate is not None and self.gac_gate <= 0:
+            raise SettingsError("gac_gate must be above 0 and at most 1 (the paper uses 0.5); use none to turn the gate off.")
         for name, weight in self.weights.items():
             if name not in models:
                 raise SettingsError(f"weights names {str(name)[:40]!r}, which is not one of the selected models ({', '.join(models)}).")
             self.weights[name] = _float(f"weight of {name}", weight, 0.0, 1e9)
         if self.weights and sum(self.weights.get(n, 1.0) for n in models) <= 0:
             raise SettingsError("The model weights sum to 0: give at least one model a weight above 0.")
-        self.lookahead = _int("lookahead", self.lookahead, 1, 64)
-        self.segment_len = _int("segment_len", self.segment_len, 1, 256)
-        self.eta = _float("eta", self.eta, 0.0, 100.0)
-        if not isinstance(self.sample_drafts, bool):
-            raise SettingsError(f"sample_drafts must be true or false, not {str(self.sample_drafts)[:40]!r}.")
-        if self.scoring not in SCORINGS:
-            raise SettingsError(f"Unknown scoring {str(self.scoring)[:40]!r}. Choose one of: {', '.join(SCORINGS)}.")
-        self.max_prompt_tokens = _int("max_prompt_tokens", self.max_prompt_tokens, 16, 1_000_000)
         if self.drafter is not None and self.drafter not in models:
             raise SettingsError(f"The drafter {str(self.drafter)[:40]!r} is not one of the selected models ({', '.join(models)}).")
         for label in ("drafters", "verifiers"):
@@ -150,11 +198,122 @@ class Settings:
             for name in subset:
                 if name not in models:
                     raise SettingsError(f"{label[:-1].capitalize()} {str(name)[:40]!r} is not loaded: it must be one of {', '.join(models)}.")
-        if self.stop_strings is not None and (
-            not isinstance(self.stop_strings, list) or not all(isinstance(s, str) and s for s in self.stop_strings)
-        ):
-            raise SettingsError("stop_strings must be a list of non-empty strings.")
         return self
+
+
+def spec_of(name: str) -> Spec:
+    """The declaration of the setting ``name``."""
+    return _SPECS[name]
+
+
+def specs() -> dict[str, Spec]:
+    """Every setting's declaration, in the dataclass's order."""
+    return dict(_SPECS)
+
+
+def default_of(name: str):
+    f = _FIELDS[name]
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
+def _checked(name: str, value, spec: Spec):
+    """``value`` checked against its declaration (None, where allowed, passes unchanged)."""
+    kind = spec.kind
+    if kind == "int":
+        return _int(name, value, spec.lo, spec.hi)
+    if kind == "float" or (kind == "gate" and value is not None):
+        return _float(name, value, spec.lo, spec.hi)
+    if kind == "choice" and value is not None and value not in spec.choices:
+        what = {"sharpen": "sharpening"}.get(name, name)
+        raise SettingsError(f"Unknown {what} {str(value)[:40]!r}. Choose one of: {', '.join(spec.choices)}.")
+    if kind == "flag" and not isinstance(value, bool):
+        raise SettingsError(f"{name} must be true or false, not {str(value)[:40]!r}.")
+    if kind == "weights" and not isinstance(value, dict):
+        raise SettingsError("weights must map model names to positive numbers, e.g. {\"qwen\": 2, \"gemma3\": 1}.")
+    if kind == "strings" and value is not None and (not isinstance(value, list) or not all(isinstance(s, str) and s for s in value)):
+        raise SettingsError(f"{name} must be a list of non-empty strings.")
+    return value
+
+
+# -- the command line: every setting as a flag (generate, bench and evaluate) ---------------------------------
+def flag_of(name: str) -> str | None:
+    spec = spec_of(name)
+    return None if spec.flag is None else spec.flag or "--" + name.replace("_", "-")
+
+
+def add_arguments(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None, **overrides: dict) -> None:
+    """Add the settings' flags to ``parser`` (every one, or those in ``only``) in an "engine settings" group.
+
+    ``overrides`` maps a setting's name to argparse keywords that replace its own (bench's other defaults)."""
+    group = parser.add_argument_group("engine settings") if only is None else parser
+    for name, spec in _SPECS.items():
+        if (only is not None and name not in only) or flag_of(name) is None:
+            continue
+        kwargs = {"dest": spec.dest or name, "default": default_of(name) if spec.kind in ("int", "float", "gate", "choice") else None}
+        if spec.help:
+            kwargs["help"] = spec.help
+        if spec.metavar:
+            kwargs["metavar"] = spec.metavar
+        if spec.kind in ("int", "float"):
+            kwargs["type"] = int if spec.kind == "int" else float
+        elif spec.kind == "gate":
+            kwargs["type"] = _gate_arg
+        elif spec.kind == "choice" and name == "sharpen":
+            kwargs["choices"] = list(spec.choices)
+        elif spec.kind == "flag":
+            kwargs = {**kwargs, "action": "store_true", "default": False}
+        elif spec.kind == "strings":
+            kwargs["action"] = "append"
+        kwargs.update(overrides.get(name, {}))
+        group.add_argument(flag_of(name), **kwargs)
+
+
+def from_args(args: argparse.Namespace) -> Settings:
+    """The :class:`Settings` of parsed flags (those :func:`add_arguments` added; others keep their defaults)."""
+    out = Settings()
+    for name, spec in _SPECS.items():
+        if not hasattr(args, spec.dest or name):
+            continue
+        value = getattr(args, spec.dest or name)
+        if spec.kind == "weights":
+            value = _weights_arg(value)
+        elif spec.kind == "models" and value is not None:
+            value = _models_arg(value, flag_of(name)) if value or name == "verifiers" else None
+        setattr(out, name, value)
+    return out
+
+
+def _models_arg(value: str, flag: str) -> list[str]:
+    names = [n.strip() for n in (value or "").split(",") if n.strip()]
+    if not names:
+        raise SettingsError(f"{flag} needs at least one model name, e.g. {flag} qwen,smollm2,gemma3")
+    return names
+
+
+def _weights_arg(value: str | None) -> dict[str, float]:
+    if not value:
+        return {}
+    out = {}
+    for part in value.split(","):
+        name, _, weight = part.partition("=")
+        try:
+            out[name.strip()] = float(weight)
+        except ValueError as exc:
+            raise SettingsError(f"--weights wants name=number pairs like qwen=2,gemma3=1; got {part!r}.") from exc
+    return out
+
+
+def _gate_arg(value: str) -> float | None:
+    if value.strip().lower() in ("none", "off"):
+        return None
+    try:
+        return float(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"a probability in (0, 1] or none, not {value!r}") from exc
+
+
+_FIELDS = {f.name: f for f in fields(Settings)}
+_SPECS = {name: f.metadata["spec"] for name, f in _FIELDS.items()}
 
 
 def _int(name: str, value, lo: int, hi: int | None, why: str = "") -> int:

@@ -32,7 +32,10 @@ def press_run(root: str, method: str, models: list[str], max_new_tokens: int, pr
     config = httpx.get(f"{root}/config").json()
     dep = next(d for d in config["dependencies"] if d.get("api_name") == "run_stream")
     session = uuid.uuid4().hex[:12]
-    settings = [max_new_tokens, 0.0, 1.0, 0, 10, "auto", 0.1, 0.0, 5, "unite", 10, 0.5, "logprob"]
+    from ui.controls import control_names, initial_value  # the Run tab's engine controls, in the app's order
+
+    chosen = {"max_new_tokens": max_new_tokens}
+    settings = [chosen.get(name, initial_value(name)) for name in control_names()]
     body = {"data": [prompt, method, models, models[0], *settings], "fn_index": dep["id"],
             "trigger_id": dep["targets"][0][0], "session_hash": session, "event_data": None}
     started = time.perf_counter()

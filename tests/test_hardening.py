@@ -54,7 +54,7 @@ def test_unknown_settings_list_at_most_ten_names():
 def _run_stream(app, prompt, method="single", models=("smollm2",), tokens=4):
     values = dict(max_new_tokens=tokens, temperature=0.0, top_p=1.0, seed=0, top_k=10, sharpen="auto", sharpen_lambda=0.1,
                   gac_gate=0.0, lookahead=5, fusion="unite", segment_len=10, eta=0.5, scoring="logprob")
-    return list(app.run_stream(prompt, method, list(models), None, *values.values(), request=Request(),
+    return list(app.run_stream(prompt, method, list(models), None, values, request=Request(),
                                progress=lambda *a, **k: None))
 
 

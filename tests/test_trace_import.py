@@ -29,7 +29,7 @@ class Request:
 
 class Click:
     def __init__(self, index):
-        self._data = {"index": index}
+        self.index = index  # the click's data, as gr.EventData exposes it
 
 
 def refused(data) -> str:

@@ -6,13 +6,13 @@ string from a trace reaches HTML through :func:`visual.escape.safe` (model outpu
 
 from . import escape
 from .charts import fusion_figure, topk_figure
-from .escape import safe, status_html, whitespace
+from .escape import error_html, safe, status_html, whitespace
 from .inspector import explain, inspector_json
 from .report import results_figures, results_html, write_report
 from .specem import rounds_html, score_heatmap, weights_figure, weights_note
 from .splits import tokenization_html
-from .stats import compare_figure, compare_frame, stats_frame, stats_html, token_frame
-from .strip import StripBuilder, strip_html, token_groups
+from .stats import compare_figure, compare_frame, stats_frame, stats_html, token_frame, tokens_csv
+from .strip import StripBuilder, compare_html, strip_html, token_groups
 from .style import CSS, DECISION_LABELS, legend_html
 from .tokenizers import MISMATCH_EXPLAINER, tokenizer_counts_frame, tokenizers_html
 
@@ -23,6 +23,8 @@ __all__ = [
     "StripBuilder",
     "compare_figure",
     "compare_frame",
+    "compare_html",
+    "error_html",
     "escape",
     "explain",
     "fusion_figure",
@@ -42,6 +44,7 @@ __all__ = [
     "tokenization_html",
     "tokenizer_counts_frame",
     "tokenizers_html",
+    "tokens_csv",
     "topk_figure",
     "weights_figure",
     "weights_note",

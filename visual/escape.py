@@ -77,3 +77,8 @@ def status_html(text) -> str:
     URL an autolink. Escaped HTML has no such syntax, so one rule (:func:`safe`) covers every component.
     """
     return f'<p class="el-status">{safe(text)}</p>'
+
+
+def error_html(message) -> str:
+    """An error in place of a view: one escaped block."""
+    return f'<div class="el-error">{safe(message)}</div>'

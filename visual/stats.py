@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import csv
+import io
+
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -173,3 +176,13 @@ def compare_figure(traces: dict[str, RunTrace]) -> go.Figure | None:
         )
     fig.update_yaxes(rangemode="tozero")
     return style(fig, 340, "Runs compared")
+
+
+def tokens_csv(trace: RunTrace) -> str:
+    """The per-token table (``trace.token_table()``) as CSV text, as the Trace tab exports it."""
+    rows = trace.token_table()
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]) if rows else ["index"])
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()

@@ -16,7 +16,7 @@ from ensemble.trace import RunTrace, TokenRecord
 
 from . import records as rd
 from .escape import safe, whitespace
-from .style import DECISION_LABELS, END_MARKER, model_class
+from .style import DECISION_LABELS, END_MARKER, legend_html, model_class
 
 ZERO_WIDTH_MARKER = "◦"
 
@@ -142,3 +142,16 @@ class StripBuilder:
 def strip_html(trace: RunTrace, show_whitespace: bool = True) -> str:
     """The whole strip of a finished (or replayed) trace."""
     return StripBuilder(trace.method, trace.models, show_whitespace).add(trace.tokens, trace.text)
+
+
+def compare_html(traces: dict[str, RunTrace]) -> str:
+    """The Compare tab's cards: per run its label, warnings, legend and strip, side by side."""
+    cards = []
+    for label, trace in traces.items():
+        cards.append(
+            f'<div class="el-compare-card"><h4>{safe(label)}</h4>'
+            + (f'<p class="el-warning">{safe(" · ".join(trace.warnings))}</p>' if trace.warnings else "")
+            + f"{legend_html(trace.method, trace.models)}"
+            + f'<div class="el-strip">{strip_html(trace)}</div></div>'
+        )
+    return f'<div class="el-compare">{"".join(cards)}</div>'

@@ -1,0 +1,215 @@
+"""One builder per tab of the app. Each lays its tab out and returns its components in a dataclass, named as
+the fields of the views in :mod:`ui.views` that fill them. The element ids are what the browser tests use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+import visual
+
+from .controls import engine_controls
+
+METHOD_CHOICES = [
+    ("Single model", "single"),
+    ("UniTE (fuse every token)", "unite"),
+    ("GaC (fuse every token)", "gac"),
+    ("SAFE (fuse only where safe)", "safe"),
+    ("SpecEM (segments + weights)", "specem"),
+]
+EXAMPLES = [
+    ["Sofia went to Plovdiv in 1999. Where did Sofia go, and when? Answer in one sentence.", "safe"],
+    [
+        "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+        "How many clips did Natalia sell altogether in April and May?",
+        "safe",
+    ],
+    ["What is 1234 + 5678? Write the digits of the result one by one.", "unite"],
+    ["Write a Python function that checks whether a string is a palindrome.", "specem"],
+    ["Translate 'good morning, my friend' into Bulgarian, Chinese and Japanese.", "gac"],
+]
+TOKENIZER_EXAMPLES = [
+    ["Sofia went to Plovdiv in 1999."],
+    ["3.14159 × 2 = 6.28318; 1,000,000 and 0.5%"],
+    ["I ❤️ Bulgaria 🇧🇬 and coding 👩‍💻 at 3am"],
+    ["我们明天去普罗夫迪夫。東京は大きい。"],
+    ["def square(x):\n    return x ** 2  # tabs\tand  spaces"],
+]
+# The strip's tokens carry data-i; a click passes that index to the Python handler (``gr.EventData.index``).
+STRIP_JS = """
+element.addEventListener('click', (event) => {
+  const token = event.target.closest('[data-i]');
+  if (!token) return;
+  element.querySelectorAll('.el-selected').forEach((t) => t.classList.remove('el-selected'));
+  token.classList.add('el-selected');
+  trigger('click', {index: parseInt(token.dataset.i, 10)});
+});
+"""
+
+
+@dataclass
+class RunTab:
+    prompt: gr.Textbox
+    method: gr.Radio
+    model_box: gr.CheckboxGroup
+    drafter: gr.Dropdown
+    controls: dict[str, gr.components.Component]  # the engine settings, by setting name
+    run_button: gr.Button
+    stop_button: gr.Button
+    status: gr.HTML
+    legend: gr.HTML
+    strip: gr.HTML
+    explanation: gr.HTML
+    tokenization: gr.HTML
+    topk_plot: gr.Plot
+    fusion_plot: gr.Plot
+    record_json: gr.JSON
+    specem_view: gr.Column
+    rounds: gr.HTML
+    round_slider: gr.Slider
+    heatmap: gr.Plot
+    weights_plot: gr.Plot
+    weights_note: gr.HTML
+    stats: gr.HTML
+    token_table: gr.Dataframe
+
+
+def build_run_tab(model_choices: list[str], default_models: list[str]) -> RunTab:
+    method = gr.Radio(METHOD_CHOICES, value="safe", label="Method", elem_id="method", render=False)
+    with gr.Row():
+        with gr.Column(scale=3):
+            prompt = gr.Textbox(label="Prompt", lines=3, max_lines=12, placeholder="Ask something…", elem_id="prompt")
+            with gr.Accordion("Examples: names, numbers, math, code, other languages", open=False):
+                gr.Examples(EXAMPLES, inputs=[prompt, method], cache_examples=False)
+        with gr.Column(scale=2):
+            method.render()
+            with gr.Row():
+                model_box = gr.CheckboxGroup(model_choices, value=default_models, label="Models", elem_id="models")
+                drafter = gr.Dropdown(default_models, value=default_models[0], label="SAFE drafter", elem_id="drafter")
+    with gr.Accordion("Engine settings", open=False):
+        controls = engine_controls()
+    with gr.Row():
+        run_button = gr.Button("Run", variant="primary", elem_id="run-button")
+        stop_button = gr.Button("Stop", variant="stop", elem_id="stop-button")
+    status = gr.HTML(elem_id="status")  # HTML built by visual.status_html: Markdown would fetch ![x](url)
+    legend = gr.HTML(elem_id="legend")
+    strip = gr.HTML(value="", elem_id="strip", elem_classes=["el-strip"], js_on_load=STRIP_JS)
+    with gr.Row():
+        with gr.Column(scale=1):
+            explanation = gr.HTML(elem_id="explanation")
+            tokenization = gr.HTML(elem_id="tokenization")
+        with gr.Column(scale=1):
+            topk_plot = gr.Plot(label="Each model's top-k", elem_id="topk-plot")
+            fusion_plot = gr.Plot(label="Fused distribution: before / after sharpening", elem_id="fusion-plot")
+    with gr.Accordion("Raw record (JSON)", open=False):
+        record_json = gr.JSON(elem_id="record-json")
+    with gr.Column(visible=False) as specem_view:
+        gr.Markdown("### SpecEM rounds")
+        rounds = gr.HTML(elem_id="rounds")
+        round_slider = gr.Slider(0, 1, value=0, step=1, label="Round", elem_id="round-slider")
+        with gr.Row():
+            heatmap = gr.Plot(label="Verifier × candidate scores", elem_id="heatmap")
+            with gr.Column():
+                weights_plot = gr.Plot(label="Model weights over rounds", elem_id="weights")
+                weights_note = gr.HTML(elem_id="weights-note")
+    stats = gr.HTML(elem_id="stats")
+    with gr.Accordion("Per-token table", open=False):
+        token_table = gr.Dataframe(elem_id="token-table", wrap=True)
+    return RunTab(prompt, method, model_box, drafter, controls, run_button, stop_button, status, legend, strip,
+                  explanation, tokenization, topk_plot, fusion_plot, record_json, specem_view, rounds, round_slider,
+                  heatmap, weights_plot, weights_note, stats, token_table)
+
+
+@dataclass
+class TokenizerTab:
+    tok_text: gr.Textbox
+    tok_models: gr.CheckboxGroup
+    tok_ws: gr.Checkbox
+    tok_button: gr.Button
+    tok_view: gr.HTML
+    tok_counts: gr.Dataframe
+
+
+def build_tokenizer_tab(model_choices: list[str], default_models: list[str]) -> TokenizerTab:
+    gr.Markdown(visual.MISMATCH_EXPLAINER)
+    with gr.Row():
+        tok_text = gr.Textbox(label="Text", lines=3, value="Sofia went to Plovdiv in 1999.", elem_id="tok-text")
+        with gr.Column():
+            tok_models = gr.CheckboxGroup(model_choices, value=default_models, label="Tokenizers")
+            tok_ws = gr.Checkbox(value=True, label="Show whitespace (· ↵ →)")
+            tok_button = gr.Button("Compare tokenizations", variant="primary", elem_id="tok-button")
+    gr.Examples(TOKENIZER_EXAMPLES, inputs=[tok_text], label="Examples")
+    tok_view = gr.HTML(elem_id="tok-view")
+    tok_counts = gr.Dataframe(label="Token counts", elem_id="tok-counts")
+    return TokenizerTab(tok_text, tok_models, tok_ws, tok_button, tok_view, tok_counts)
+
+
+@dataclass
+class CompareTab:
+    cmp_prompt: gr.Textbox
+    cmp_methods: gr.CheckboxGroup
+    cmp_models: gr.CheckboxGroup
+    cmp_tokens: gr.Slider
+    cmp_button: gr.Button
+    cmp_stop: gr.Button
+    cmp_view: gr.HTML
+    cmp_table: gr.Dataframe
+    cmp_plot: gr.Plot
+
+
+def build_compare_tab(model_choices: list[str], default_models: list[str]) -> CompareTab:
+    with gr.Row():
+        cmp_prompt = gr.Textbox(label="Prompt", lines=2, value=EXAMPLES[1][0], elem_id="cmp-prompt")
+        with gr.Column():
+            cmp_methods = gr.CheckboxGroup(METHOD_CHOICES, value=["unite", "safe"], label="Methods (2-4)")
+            cmp_models = gr.CheckboxGroup(model_choices, value=default_models, label="Models")
+            cmp_tokens = gr.Slider(8, 512, value=64, step=4, label="Max new tokens", elem_id="cmp-tokens")
+            with gr.Row():
+                cmp_button = gr.Button("Compare", variant="primary", elem_id="cmp-button")
+                cmp_stop = gr.Button("Stop", variant="stop", elem_id="cmp-stop")
+    cmp_view = gr.HTML(elem_id="cmp-view")
+    cmp_table = gr.Dataframe(label="Stats", elem_id="cmp-table")
+    cmp_plot = gr.Plot(label="Latency and E/T", elem_id="cmp-plot")
+    return CompareTab(cmp_prompt, cmp_methods, cmp_models, cmp_tokens, cmp_button, cmp_stop, cmp_view, cmp_table, cmp_plot)
+
+
+@dataclass
+class TraceTab:
+    export_button: gr.Button
+    json_file: gr.File
+    csv_file: gr.File
+    upload: gr.File
+
+
+def build_trace_tab() -> TraceTab:
+    gr.Markdown(
+        "Download the current run as a JSON trace and its per-token table as CSV, or load a JSON trace "
+        "to replay every view of the Run tab without loading any model (JSON only, at most 20 MB)."
+    )
+    with gr.Row():
+        export_button = gr.Button("Export current run", elem_id="export-button")
+        json_file = gr.File(label="Trace (JSON)", elem_id="json-file")
+        csv_file = gr.File(label="Tokens (CSV)", elem_id="csv-file")
+    upload = gr.File(label="Load a trace (.json)", file_types=[".json"], type="filepath", elem_id="upload")
+    return TraceTab(export_button, json_file, csv_file, upload)
+
+
+@dataclass
+class ResultsTab:
+    results_file: gr.File
+    results_ours: gr.Button
+    results_view: gr.HTML
+    results_plot_a: gr.Plot
+    results_plot_b: gr.Plot
+
+
+def build_results_tab(have_committed_results: bool) -> ResultsTab:
+    gr.Markdown("Open the `summary.csv` written by `python -m ensemble evaluate` (accuracy, E/T, speed per method).")
+    results_file = gr.File(label="summary.csv", file_types=[".csv"], type="filepath", elem_id="results-file")
+    results_ours = gr.Button("Open this project's GSM8K run (docs/results.md)", size="sm", visible=have_committed_results)
+    results_view = gr.HTML(elem_id="results-view")
+    with gr.Row():
+        results_plot_a = gr.Plot(label="Accuracy vs seconds per question")
+        results_plot_b = gr.Plot(label="E/T per method")
+    return ResultsTab(results_file, results_ours, results_view, results_plot_a, results_plot_b)

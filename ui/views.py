@@ -1,0 +1,80 @@
+"""What each handler shows, by name: one NamedTuple per set of outputs.
+
+A handler fills the fields by name (never by position); :func:`updates` turns a view into the
+``{component: value}`` dict Gradio takes, pairing each field with the tab's component of the same name.
+A field left at :data:`KEEP` leaves its component as it is. The tuples stay iterable in field order for
+scripts and tests that unpack them."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import gradio as gr
+
+
+class _Keep:
+    """The value of a field the handler leaves unchanged (it becomes ``gr.skip()``)."""
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP: Any = _Keep()
+
+
+class RunView(NamedTuple):
+    """The Run tab's views of a run: while it streams, when it ends, and for an uploaded trace."""
+
+    strip: Any = KEEP
+    status: Any = KEEP
+    legend: Any = KEEP
+    stats: Any = KEEP
+    token_table: Any = KEEP
+    rounds: Any = KEEP
+    heatmap: Any = KEEP
+    weights_plot: Any = KEEP
+    round_slider: Any = KEEP
+    specem_view: Any = KEEP
+    weights_note: Any = KEEP
+
+
+class InspectView(NamedTuple):
+    """The inspector of one clicked token."""
+
+    explanation: Any = ""
+    tokenization: Any = ""
+    topk_plot: Any = None
+    fusion_plot: Any = None
+    record_json: Any = None
+
+
+class TokenizerView(NamedTuple):
+    tok_view: Any = ""
+    tok_counts: Any = None
+
+
+class CompareView(NamedTuple):
+    cmp_view: Any = ""
+    cmp_table: Any = None
+    cmp_plot: Any = None
+
+
+class ExportView(NamedTuple):
+    json_file: Any = None
+    csv_file: Any = None
+
+
+class ResultsView(NamedTuple):
+    results_view: Any = ""
+    results_plot_a: Any = None
+    results_plot_b: Any = None
+
+
+def outputs(tab, view: type[NamedTuple]) -> list:
+    """The tab's components a view fills, named as the view's fields."""
+    return [getattr(tab, name) for name in view._fields]
+
+
+def updates(tab, view: NamedTuple) -> dict:
+    """``{component: value}`` for Gradio: each field of ``view`` to the tab's component of that name."""
+    return {getattr(tab, name): (gr.skip() if value is KEEP else value) for name, value in view._asdict().items()}
