@@ -13,8 +13,10 @@ from collections.abc import Iterator
 import torch
 
 from ..adapter import ModelAdapter
+from ..decisions import FusedDetails, GatedDetails
 from ..fusion import Fuser
 from ..keys import EOS_KEY, is_complete, is_control
+from ..trace import Decision
 from .base import Chooser, Run, model_topk
 
 
@@ -61,7 +63,7 @@ def follow_key(adapters: list[ModelAdapter], logits: list[torch.Tensor], text: s
     return ("" if is_control(key) else key), None, 0
 
 
-def record_followed(run: Run, piece: str, key: str, owner: ModelAdapter | None, first: int, model: str, decision: str, **kwargs) -> None:
+def record_followed(run: Run, piece: str, key: str, owner: ModelAdapter | None, first: int, model: str, decision: Decision, **kwargs) -> None:
     """Record a followed key: one record, or one per token of the model that finished a split character."""
     if owner is None:
         run.add(piece, key, model, decision, **kwargs)
@@ -71,7 +73,7 @@ def record_followed(run: Run, piece: str, key: str, owner: ModelAdapter | None, 
         if i == first:
             run.add_model_tokens(owner, i, decision, upto=i + 1, fusion=fusion, **kwargs)
         else:
-            run.add_model_tokens(owner, i, "drafter", upto=i + 1, condition="completes_character", round_index=kwargs.get("round_index"))
+            run.add_model_tokens(owner, i, Decision.DRAFTER, upto=i + 1, condition="completes_character", round_index=kwargs.get("round_index"))
 
 
 def run_every_token(run: Run, fusion: str) -> Iterator:
@@ -99,29 +101,30 @@ def run_every_token(run: Run, fusion: str) -> Iterator:
         if gate is not None and float(lead_probs.max()) >= gate:  # GaC fuses only below the gate
             token_id = chooser(logits[primary])
             key = lead.keys.key(token_id)
-            decision, fused = "gated", None
-            details = {"primary": lead.name, "primary_top": round(float(lead_probs.max()), 4), "gate": gate}
+            decision, fused = Decision.GATED, None
+            details = GatedDetails(primary=lead.name, primary_top=round(float(lead_probs.max()), 4), gate=gate)
+            who = lead.name
             topk = model_topk(lead, logits[primary], 5)
         else:
             fused = fuser.fuse(logits, drafter=primary, boundary=boundary)
             key = fused.choice if chooser.greedy else fused.keys[chooser.sample(fused.probs)]
-            decision, topk = "fused", None
+            decision, topk = Decision.FUSED, None
             support = {
                 a.name: round(float(torch.softmax(lg.float(), -1)[a.keys.ids_for_key(key)].sum()), 4)
                 if a.keys.ids_for_key(key)
                 else 0.0
                 for a, lg in zip(adapters, logits, strict=True)
             }
-            details = {"support": support, "in_vocab": [a.name for a in adapters if a.keys.ids_for_key(key)]}
-        who = max(details.get("support", {lead.name: 1.0}).items(), key=lambda kv: kv[1])[0]
+            details = FusedDetails(support=support, in_vocab=[a.name for a in adapters if a.keys.ids_for_key(key)])
+            who = max(support.items(), key=lambda kv: kv[1])[0]
         if key == EOS_KEY:
             run.add("", EOS_KEY, who, decision, details=details, fusion=fused.record if fused else None, topk=topk)
             return "eos"
         piece, finisher, first = follow_key(adapters, logits, run.text, key)
         if finisher is not None:
-            details["completed_by"] = finisher.name
+            details.completed_by = finisher.name
         # How every model now cuts the text around this step (models lacking the key were re-tokenized).
-        details["splits"] = {a.name: a.tokens_near(boundary) for a in adapters}
+        details.splits = {a.name: a.tokens_near(boundary) for a in adapters}
         record_followed(run, piece, key, finisher, first, who, decision, details=details,
                         fusion=fused.record if fused else None, topk=topk)
         if run.check_stop():

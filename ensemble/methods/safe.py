@@ -27,9 +27,17 @@ from collections.abc import Iterator
 import torch
 
 from ..adapter import ModelAdapter
+from ..decisions import (
+    ConsensusDetails,
+    DrafterDetails,
+    EnsembledKeptDetails,
+    EnsembledReplacedDetails,
+    GatedDetails,
+    OovBlockedDetails,
+)
 from ..fusion import Fuser
 from ..keys import EOS_KEY, display_key, is_complete, is_control
-from ..trace import RoundRecord
+from ..trace import Decision, RoundRecord
 from .base import Chooser, Run, model_topk
 from .every_token import follow_key, record_followed
 
@@ -96,22 +104,22 @@ def run_safe(run: Run) -> Iterator:
                 boundary: int | None = len(drafter.text)
             else:
                 boundary = drafter.token_start(first + j)
-            info: dict = {"decision": "drafter", "details": {}}
+            info: dict = {"decision": Decision.DRAFTER, "details": DrafterDetails()}
             if is_control(key) and key != EOS_KEY:
-                info["details"] = {"control_token": True}
+                info["details"] = DrafterDetails(control_token=True)
             elif verifiers:
                 blocked = [v for v in verifiers if boundary is None or boundary not in v.boundaries_from(boundary)]
                 if blocked:
                     info = {
-                        "decision": "oov_blocked",
+                        "decision": Decision.OOV_BLOCKED,
                         "condition": "inside_character" if boundary is None else "misaligned",
-                        "details": {"blocked_by": [v.name for v in blocked], "boundary": boundary},
+                        "details": OovBlockedDetails(blocked_by=[v.name for v in blocked], boundary=boundary),
                     }
                 else:
                     info = _decide(chooser, fuser, gate, drafter, verifiers, at_edge, token_id, key, draft_logits, draft_probs, boundary)
                 # How every model cuts the text around this point (what the inspector shows).
                 at = boundary if boundary is not None else drafter.ends[first + j]
-                info["details"]["splits"] = {a.name: a.tokens_near(at) for a in order}
+                info["details"].splits = {a.name: a.tokens_near(at) for a in order}
             info["topk"] = model_topk(drafter, k=5, probs=draft_probs)
             decisions.append(info)
             if info.get("replace") is not None:
@@ -144,13 +152,13 @@ def run_safe(run: Run) -> Iterator:
             info = decisions[j]
             if new_key == EOS_KEY:
                 ended = True
-                run.add("", EOS_KEY, "ensemble", "ensembled_replaced", condition=info.get("condition"),
+                run.add("", EOS_KEY, "ensemble", Decision.ENSEMBLED_REPLACED, condition=info.get("condition"),
                         round_index=round_index, details=info["details"], fusion=info["fusion"], topk=info.get("topk"))
             elif is_complete(new_key) and not is_control(new_key):
                 # Alg. 1 line 5: the drafter re-tokenizes the response with the new text (a tail window,
                 # equal to a full re-tokenization of that tail), so the key merges with the text before it.
                 drafter.sync(run.text + new_key)
-                run.add(new_key, new_key, "ensemble", "ensembled_replaced", condition=info.get("condition"),
+                run.add(new_key, new_key, "ensemble", Decision.ENSEMBLED_REPLACED, condition=info.get("condition"),
                         round_index=round_index, details=info["details"], fusion=info["fusion"], topk=info.get("topk"))
             else:
                 piece, finisher, start_index = follow_key([drafter], [draft_logits], run.text, new_key)
@@ -161,7 +169,7 @@ def run_safe(run: Run) -> Iterator:
                     finisher,
                     start_index,
                     "ensemble",
-                    "ensembled_replaced",
+                    Decision.ENSEMBLED_REPLACED,
                     condition=info.get("condition"),
                     round_index=round_index,
                     details=info["details"],
@@ -188,7 +196,7 @@ def run_safe(run: Run) -> Iterator:
                     "accepted": accepted,
                     "discarded": discarded,
                     "replaced": replacement is not None,
-                    "decisions": [d["decision"] for d in decisions],
+                    "decisions": [str(d["decision"]) for d in decisions],
                 },
             )
         )
@@ -219,7 +227,7 @@ def _decide(chooser, fuser, gate, drafter, verifiers, at_edge, token_id, key, dr
         unanimous &= (top in v.keys.eos_ids) if next_id is None else (top == next_id)
     weights = fuser.weights
     mean_p = weights[0] * p_draft + sum(w * own[v.name][1] for w, v in zip(weights[1:], verifiers, strict=True))
-    details = {
+    checked = {
         "boundary": boundary,
         "per_model_top": {drafter.name: model_topk(drafter, k=5, probs=draft_probs), **verifier_top},
         "mean_prob": round(mean_p, 4),
@@ -229,13 +237,13 @@ def _decide(chooser, fuser, gate, drafter, verifiers, at_edge, token_id, key, dr
         },
     }
     if chooser.greedy and unanimous:
-        return {"decision": "consensus", "condition": "unanimous", "details": details}
+        return {"decision": Decision.CONSENSUS, "condition": "unanimous", "details": ConsensusDetails(**checked)}
     if mean_p > 0.5:
-        return {"decision": "consensus", "condition": "confident", "details": details}
+        return {"decision": Decision.CONSENSUS, "condition": "confident", "details": ConsensusDetails(**checked)}
     top = float(draft_probs.max())
     if gate is not None and top >= gate:
-        details.update(primary=drafter.name, primary_top=round(top, 4), gate=gate)
-        return {"decision": "gated", "details": details}
+        details = GatedDetails(**checked, primary=drafter.name, primary_top=round(top, 4), gate=gate)
+        return {"decision": Decision.GATED, "details": details}
     logits = [draft_logits] + [at_edge[v.name][boundary][1] for v in verifiers]
     fused = fuser.fuse(logits, drafter=0, draft_key=key, boundary=boundary)
     if chooser.greedy:
@@ -257,8 +265,9 @@ def _decide(chooser, fuser, gate, drafter, verifiers, at_edge, token_id, key, dr
             if float(residual.sum()) <= 0:
                 residual = fused.probs.clone()
             choice = fused.keys[chooser.sample(residual / residual.sum())]
-        details["accept_prob"] = round(min(1.0, p_ens / max(p_draft, 1e-12)), 4)
-    details["fused_prob"] = round(fused.prob_of(choice), 4)
+        checked["accept_prob"] = round(min(1.0, p_ens / max(p_draft, 1e-12)), 4)
+    checked["fused_prob"] = round(fused.prob_of(choice), 4)
     if choice == key:
-        return {"decision": "ensembled_kept", "details": details, "fusion": fused.record}
-    return {"decision": "ensembled_replaced", "details": details, "fusion": fused.record, "replace": choice}
+        return {"decision": Decision.ENSEMBLED_KEPT, "details": EnsembledKeptDetails(**checked), "fusion": fused.record}
+    details = EnsembledReplacedDetails(**checked)
+    return {"decision": Decision.ENSEMBLED_REPLACED, "details": details, "fusion": fused.record, "replace": choice}

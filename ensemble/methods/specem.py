@@ -21,9 +21,10 @@ from collections.abc import Iterator
 import torch
 
 from ..adapter import ModelAdapter
+from ..decisions import SegmentDetails
 from ..keys import EOS_KEY
 from ..settings import SAMPLED_DRAFTS
-from ..trace import RoundRecord
+from ..trace import Decision, RoundRecord
 from .base import Chooser, Run, StatusEvent
 
 
@@ -202,9 +203,9 @@ def run_specem(run: Run, recompute_context: bool = False) -> Iterator:
         t2 = time.perf_counter()
         owner = by_name[winner["model"]]
         owner.restore(winner["ids"])  # the winner keeps the very tokens it drafted
-        run.add_model_tokens(owner, winner["first"], "segment", round_index=round_number - 1, details={"segment_of": owner.name})
+        run.add_model_tokens(owner, winner["first"], Decision.SEGMENT, round_index=round_number - 1, details=SegmentDetails(segment_of=owner.name))
         if winner["eos"]:
-            run.add("", EOS_KEY, owner.name, "segment", round_index=round_number - 1, details={"segment_of": owner.name})
+            run.add("", EOS_KEY, owner.name, Decision.SEGMENT, round_index=round_number - 1, details=SegmentDetails(segment_of=owner.name))
         stats.wins[owner.name] = stats.wins.get(owner.name, 0) + 1
         timings["commit_s"] = round(time.perf_counter() - t2, 4)
         # The round's tokens stream before its record, so a viewer sees every committed token at once.
