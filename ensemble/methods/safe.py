@@ -39,7 +39,7 @@ from ..fusion import Fuser
 from ..keys import EOS_KEY, display_key, is_complete, is_control
 from ..trace import Decision, RoundRecord
 from .base import Chooser, Run, model_topk
-from .every_token import follow_key, record_followed
+from .follow import follow_key, record_followed
 
 SPLIT_WINDOW = 12
 
