@@ -345,6 +345,12 @@ def _check_pairs(pairs, where: str) -> None:
             raise TraceFormatError(f"{where} must hold [key, probability] pairs.")
 
 
+def _check_drafter(data: dict) -> None:
+    _optional(data, "drafter", str, "trace")
+    if data.get("drafter") is not None and data["drafter"] not in data["models"]:
+        raise TraceFormatError("trace.drafter must be one of the trace's models.")
+
+
 def _check(data) -> None:
     """Raise :class:`TraceFormatError` with a precise message unless ``data`` is a valid trace."""
     if not isinstance(data, dict):
@@ -419,9 +425,7 @@ def _check(data) -> None:
     if not all(isinstance(w, str) for w in data["warnings"]):
         raise TraceFormatError("trace.warnings must be a list of messages.")
     _optional(data, "created", str, "trace")
-    _optional(data, "drafter", str, "trace")
-    if data.get("drafter") is not None and data["drafter"] not in data["models"]:
-        raise TraceFormatError("trace.drafter must be one of the trace's models.")
+    _check_drafter(data)
     _optional(data["stats"], "first_token_s", float, "trace.stats")
     _optional(data["stats"], "stop_reason", str, "trace.stats")
     _optional(data, "error", str, "trace")
