@@ -13,21 +13,46 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 
 from . import trace_check
+from .decisions import (
+    DECISIONS,
+    CheckedDetails,
+    ConsensusDetails,
+    Decision,
+    Details,
+    DrafterDetails,
+    EnsembledDetails,
+    FusedDetails,
+    GatedDetails,
+    OovBlockedDetails,
+    SegmentDetails,
+    as_decision,
+    details_for,
+)
 from .errors import TraceFormatError
 
-SCHEMA_VERSION = 1
+__all__ = [  # the decision records are re-exported: ``visual/`` imports the trace's types from here only
+    "DECISIONS",
+    "CheckedDetails",
+    "ConsensusDetails",
+    "Decision",
+    "Details",
+    "DrafterDetails",
+    "EnsembledDetails",
+    "FusedDetails",
+    "FusionRecord",
+    "GatedDetails",
+    "OovBlockedDetails",
+    "RoundRecord",
+    "RunStats",
+    "RunTrace",
+    "SegmentDetails",
+    "TokenRecord",
+]
+
+SCHEMA_VERSION = 2
+"""2: typed decision details and the resolved ``drafter``; version 1 files are migrated by :meth:`RunTrace.from_dict`."""
 MAX_TRACE_BYTES = 20 * 1024 * 1024
 
-DECISIONS = (
-    "drafter",  # plain token of the drafter / single model, nothing checked
-    "consensus",  # SAFE: verifiers agree (condition: unanimous | confident)
-    "oov_blocked",  # SAFE: a verifier has no token edge here, fusing would hand it an OOV-like prefix
-    "ensembled_kept",  # SAFE: fused, and the fused choice is the draft token
-    "ensembled_replaced",  # SAFE: fused, and the fused choice replaced the draft token
-    "fused",  # every-token UniTE / GaC
-    "gated",  # GaC gate (gac, and SAFE with GaC): the main model's top probability is at or above the gate
-    "segment",  # SpecEM: the token belongs to the winning segment of a round
-)
 
 
 @dataclass
@@ -56,12 +81,27 @@ class TokenRecord:
     start: int
     end: int
     model: str  # whose token this is (drafter, fused, or SpecEM segment winner)
-    decision: str
+    decision: Decision
     condition: str | None = None
     round: int | None = None
-    details: dict = field(default_factory=dict)
+    details: Details = field(default_factory=Details)  # the decision's own record (a dict is converted)
     fusion: FusionRecord | None = None
     topk: list[list] | None = None  # the deciding model's top-k [[key, probability], ...]
+
+    def __setattr__(self, name, value):
+        """Keep ``decision`` a :class:`Decision` and ``details`` the record type of that decision."""
+        if name == "decision":
+            value = as_decision(value)
+        elif name == "details":
+            value = details_for(self.__dict__.get("decision"), value)
+        object.__setattr__(self, name, value)
+        if name == "decision" and "details" in self.__dict__:
+            object.__setattr__(self, "details", details_for(value, self.details))
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["details"] = self.details.to_dict()
+        return data
 
 
 @dataclass
@@ -117,12 +157,15 @@ class RunTrace:
     warnings: list[str] = field(default_factory=list)
     error: str | None = None
     model_info: dict[str, dict] = field(default_factory=dict)
+    drafter: str | None = None  # the model whose tokens the others check (SAFE's drafter, GaC's primary); None: SpecEM
     created: str = ""
     schema_version: int = SCHEMA_VERSION
 
     # -- serialisation ----------------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return _finite(asdict(self))
+        data = asdict(self)
+        data["tokens"] = [t.to_dict() for t in self.tokens]
+        return _finite(data)
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False, indent=indent, allow_nan=False)
@@ -131,6 +174,7 @@ class RunTrace:
     def from_dict(cls, data: dict) -> RunTrace:
         try:
             _check(data)
+            _migrate(data)
             kwargs = _known(cls, data)
             kwargs["tokens"] = [_token_from(t) for t in data.get("tokens", [])]
             kwargs["rounds"] = [RoundRecord(**_known(RoundRecord, r)) for r in data.get("rounds", [])]
@@ -172,7 +216,7 @@ class RunTrace:
                     "fused_choice": t.fusion.choice if t.fusion else "",
                     "draft": t.fusion.draft if t.fusion and t.fusion.draft is not None else "",
                     "sharpened": bool(t.fusion.sharpened) if t.fusion else False,
-                    "blocked_by": ",".join(t.details.get("blocked_by", [])) if t.details else "",
+                    "blocked_by": ",".join(t.details.blocked_by or []) if isinstance(t.details, OovBlockedDetails) else "",
                 }
             )
         return rows
@@ -187,6 +231,43 @@ def _finite(value):
     if isinstance(value, list | tuple):
         return [_finite(v) for v in value]
     return value
+
+
+def _migrate(data: dict) -> None:
+    """Bring a checked older trace up to :data:`SCHEMA_VERSION`, in place: the one place that knows old formats.
+
+    Version 1 did not record the drafter: it is the ``drafter`` setting when that names a model, else (SAFE) the
+    first model a check recorded a probability for that is not a verifier there, else the first model; SpecEM
+    has none. Version 1 details have the same keys as version 2's typed records.
+    """
+    if data["schema_version"] == 1:
+        data["drafter"] = _v1_drafter(data)
+        data["schema_version"] = 2
+
+
+def _v1_drafter(data: dict) -> str | None:
+    models = data["models"]
+    if data.get("method") == "specem" or not models:
+        return None
+    chosen = data["settings"].get("drafter")
+    if isinstance(chosen, str) and chosen in models:
+        return chosen
+    if data.get("method") == "safe":
+        for tok in data["tokens"]:
+            d = tok.get("details") or {}
+            verifiers = {*_str_keys(d.get("verifier_tokens")), *_strs(d.get("blocked_by"))}
+            for model in [*_str_keys(d.get("probs")), *_str_keys(d.get("per_model_top"))]:
+                if model in models and model not in verifiers:
+                    return model
+    return models[0]
+
+
+def _str_keys(value) -> list[str]:
+    return list(value) if isinstance(value, dict) else []
+
+
+def _strs(value) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
 def _known(cls, data: dict) -> dict:
@@ -264,14 +345,20 @@ def _check_pairs(pairs, where: str) -> None:
             raise TraceFormatError(f"{where} must hold [key, probability] pairs.")
 
 
+def _check_drafter(data: dict) -> None:
+    _optional(data, "drafter", str, "trace")
+    if data.get("drafter") is not None and data["drafter"] not in data["models"]:
+        raise TraceFormatError("trace.drafter must be one of the trace's models.")
+
+
 def _check(data) -> None:
     """Raise :class:`TraceFormatError` with a precise message unless ``data`` is a valid trace."""
     if not isinstance(data, dict):
         raise TraceFormatError("A trace must be a JSON object.")
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version not in (1, SCHEMA_VERSION) or isinstance(version, bool):
         raise TraceFormatError(
-            f"Unsupported trace schema_version {version!r}; this version of Ensemble Lens reads version {SCHEMA_VERSION}."
+            f"Unsupported trace schema_version {version!r}; this version of Ensemble Lens reads versions 1 to {SCHEMA_VERSION}."
         )
     data.setdefault("rounds", [])
     data.setdefault("warnings", [])
@@ -338,6 +425,7 @@ def _check(data) -> None:
     if not all(isinstance(w, str) for w in data["warnings"]):
         raise TraceFormatError("trace.warnings must be a list of messages.")
     _optional(data, "created", str, "trace")
+    _check_drafter(data)
     _optional(data["stats"], "first_token_s", float, "trace.stats")
     _optional(data["stats"], "stop_reason", str, "trace.stats")
     _optional(data, "error", str, "trace")

@@ -278,3 +278,10 @@ def test_specem_without_feedback_keeps_uniform_weights(tiny):
     trace = generate(models, PROMPT, "specem", Settings(max_new_tokens=16, segment_len=4, eta=0.0, stop_strings=[]))
     for record in trace.rounds:
         assert record.weights_after == pytest.approx({"tiny-qwen": 0.5, "tiny-smollm2": 0.5})
+
+
+def test_every_method_has_a_runner():
+    from ensemble.methods import RUNNERS
+    from ensemble.settings import METHODS
+
+    assert set(RUNNERS) == set(METHODS)

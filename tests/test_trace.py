@@ -15,20 +15,26 @@ from ensemble.trace import MAX_TRACE_BYTES, RunTrace
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
+# The fixtures are version-1 files; loading migrates them to version 2, which records the resolved drafter.
+V1_DRAFTERS = {"single": "qwen", "safe": "smollm2", "safe_math": "qwen", "unite": "qwen", "gac": "qwen", "specem": None}
+
+
 @pytest.mark.parametrize("name", ["single", "safe", "safe_math", "unite", "gac", "specem"])
 def test_fixture_round_trip(name):
     text = (FIXTURES / f"{name}.json").read_text(encoding="utf-8")
     trace = RunTrace.from_json(text)
     again = RunTrace.from_json(trace.to_json())
     expected = json.loads(text)
+    assert expected["schema_version"] == 1  # kept as version-1 test inputs
     expected["stats"].setdefault("forward_s", {})  # written before forward time was recorded: loads empty
+    expected.update(schema_version=2, drafter=V1_DRAFTERS[name])
     assert again.to_dict() == trace.to_dict() == expected
 
 
 def test_fresh_trace_round_trip(tiny):
     trace = generate([tiny["qwen"], tiny["gemma3"]], "Hi 🙂", "safe", Settings(max_new_tokens=12))
     data = json.loads(trace.to_json())
-    assert data["schema_version"] == 1 and data["method"] == "safe"
+    assert data["schema_version"] == 2 and data["method"] == "safe" and data["drafter"] == "tiny-qwen"
     assert RunTrace.from_dict(data).to_dict() == trace.to_dict()
     for key in ("generated_tokens", "ensemble_steps", "et_ratio", "latency_s", "tokens_per_s"):
         assert key in data["stats"]
@@ -72,3 +78,26 @@ def test_untrusted_files_are_refused_clearly():
         RunTrace.from_json(b" " * (MAX_TRACE_BYTES + 1))
     with pytest.raises(TraceFormatError, match="JSON object"):
         RunTrace.from_json("[1, 2, 3]")
+
+
+@pytest.mark.parametrize("name", ["single", "safe", "safe_math", "unite", "gac", "specem"])
+def test_version_1_and_its_version_2_round_trip_render_the_same(name):
+    import visual
+    from ensemble.decisions import DETAILS as types
+
+    v1 = RunTrace.from_json((FIXTURES / f"{name}.json").read_text(encoding="utf-8"))
+    data = json.loads(v1.to_json())
+    assert data["schema_version"] == 2 and data["drafter"] == V1_DRAFTERS[name]
+    v2 = RunTrace.from_dict(data)
+    assert all(type(t.details) is types[t.decision] for t in v2.tokens)  # typed in memory, a dict on disk
+    assert visual.strip_html(v1) == visual.strip_html(v2)
+    for record in v1.tokens:
+        assert visual.explain(v1, record.index) == visual.explain(v2, record.index)
+        assert visual.tokenization_html(v1, record.index) == visual.tokenization_html(v2, record.index)
+
+
+def test_the_drafter_must_be_a_model():
+    data = json.loads(RunTrace.from_json((FIXTURES / "safe.json").read_text(encoding="utf-8")).to_json())
+    data["drafter"] = "nobody"
+    with pytest.raises(TraceFormatError, match="drafter"):
+        RunTrace.from_dict(data)

@@ -12,7 +12,7 @@ import math
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ensemble.trace import RunTrace
+from ensemble.trace import CheckedDetails, RunTrace
 
 from . import records as rd
 from .escape import safe
@@ -100,7 +100,8 @@ def _top_lists(record) -> tuple[dict[str, list[tuple[str, float]]], str]:
         per_model = {m: rd.pairs(v)[:10] for m, v in rd.mapping(fusion.per_model).items()}
         if any(per_model.values()):
             return per_model, "fusion"
-    per_model = {m: rd.pairs(v)[:10] for m, v in rd.mapping(rd.mapping(record.details).get("per_model_top")).items()}
+    checked = record.details.per_model_top if isinstance(record.details, CheckedDetails) else None
+    per_model = {m: rd.pairs(v)[:10] for m, v in rd.mapping(checked).items()}
     if any(per_model.values()):
         return per_model, "per_model_top"
     top = rd.pairs(record.topk)[:10]
@@ -128,7 +129,8 @@ def topk_figure(trace: RunTrace, index) -> go.Figure | None:
         fused = dict(rd.pairs(record.fusion.before))
     else:
         chosen, draft = record.text, None
-        own = {m: k for m, k in rd.mapping(rd.mapping(record.details).get("verifier_tokens")).items() if isinstance(k, str)}
+        tokens = record.details.verifier_tokens if isinstance(record.details, CheckedDetails) else None
+        own = {m: k for m, k in rd.mapping(tokens).items() if isinstance(k, str)}
     n = len(per_model)
     cols = min(n, 3)
     n_rows = math.ceil(n / cols)

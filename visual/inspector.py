@@ -1,12 +1,21 @@
 """The token inspector: why the ensemble did what it did at one token, in plain words.
 
-:func:`explain` writes the reason from the record's ``details``, ``fusion`` and ``topk``;
+:func:`explain` writes the reason from the record's typed ``details``, ``fusion`` and ``topk`` (one explainer per
+:class:`~ensemble.trace.Decision`, each reading its decision's details record);
 :func:`visual.splits.tokenization_html` draws every model's tokens around the same decision.
 """
 
 from __future__ import annotations
 
-from ensemble.trace import RunTrace, TokenRecord
+from ensemble.trace import (
+    CheckedDetails,
+    Decision,
+    DrafterDetails,
+    EnsembledDetails,
+    FusedDetails,
+    RunTrace,
+    TokenRecord,
+)
 
 from . import records as rd
 from .escape import safe, whitespace
@@ -86,9 +95,9 @@ def _weights(fusion) -> str:
     return "Model weights: " + ", ".join(f"{_m(m)} {_p(w)}" for m, w in weights.items()) + "."
 
 
-def _probs(details: dict) -> str:
-    probs = rd.mapping(details.get("probs"))
-    own = rd.mapping(details.get("verifier_tokens"))
+def _probs(details: CheckedDetails) -> str:
+    probs = rd.mapping(details.probs)
+    own = rd.mapping(details.verifier_tokens)
     parts = []
     for model, p in probs.items():
         token = rd.text(own.get(model))
@@ -96,11 +105,11 @@ def _probs(details: dict) -> str:
     return ", ".join(parts)
 
 
-def _preferences(details: dict) -> list[str]:
+def _preferences(details: CheckedDetails) -> list[str]:
     """Verifiers whose top choice (``per_model_top``) is not their own next token, with what they preferred."""
-    tops = rd.mapping(details.get("per_model_top"))
+    tops = rd.mapping(details.per_model_top)
     out = []
-    for model, own in rd.mapping(details.get("verifier_tokens")).items():
+    for model, own in rd.mapping(details.verifier_tokens).items():
         top = rd.pairs(tops.get(model))
         if top and isinstance(own, str) and top[0][0] != own:
             out.append(f"{_m(model)} preferred {_k(top[0][0])} {_p(top[0][1])}")
@@ -114,12 +123,14 @@ def _runners_up(top: list[tuple[str, float]], chosen: str, limit: int = 4) -> st
 
 def _completion(record: TokenRecord) -> str:
     """How a fused key that ended inside a character was finished."""
-    d = rd.mapping(record.details)
-    by = rd.text(d.get("completed_by"))
+    d = record.details
+    if not isinstance(d, EnsembledDetails | FusedDetails):
+        return ""
+    by = rd.text(d.completed_by)
     if by is not None:
         key = f" {_k(record.fusion.choice)}" if record.fusion is not None and isinstance(record.fusion.choice, str) else ""
         return f"The fused key{key} ends inside a character, so {_m(by)} finished that character with its own byte tokens."
-    completed = rd.text(d.get("completed"))  # traces written before ``completed_by``
+    completed = rd.text(d.completed)  # traces written before ``completed_by``
     if completed is not None:
         return f"The fused key {_k(completed)} ended inside a character, so it was completed to {_k(record.text)}."
     return ""
@@ -138,7 +149,8 @@ def _explain_drafter(record: TokenRecord, trace: RunTrace) -> list[str]:
             f"A byte token of {_m(record.model)} that finishes the character the token before it started: the chosen key "
             "ended inside a character and the response only ever holds whole characters."
         ]
-    if rd.mapping(record.details).get("control_token") or record.start == record.end:
+    control = isinstance(record.details, DrafterDetails) and record.details.control_token
+    if control or record.start == record.end:
         return [f"A control token of {_m(record.model)}: it appends no text to the response and is shown as a small marker."]
     if not top:
         return [f"{_m(record.model)}'s own token {_k(record.text)}, accepted without any check (no other model takes part here)."]
@@ -149,10 +161,10 @@ def _explain_drafter(record: TokenRecord, trace: RunTrace) -> list[str]:
 
 
 def _explain_consensus(record: TokenRecord, trace: RunTrace) -> list[str]:
-    d = rd.mapping(record.details)
-    own = rd.mapping(d.get("verifier_tokens"))
-    probs = rd.mapping(d.get("probs"))
-    mean = _p(d.get("mean_prob"))
+    d = record.details
+    own = rd.mapping(d.verifier_tokens)
+    probs = rd.mapping(d.probs)
+    mean = _p(d.mean_prob)
     preferred = _preferences(d)
     if _is_end(record, trace):
         drafter = rd.drafter_of(record, trace)
@@ -211,11 +223,11 @@ def _cut(tokens: list[tuple[str, int, int]], start: int, end: int) -> str:
 
 
 def _explain_blocked(record: TokenRecord, trace: RunTrace) -> list[str]:
-    d = rd.mapping(record.details)
-    blocked = rd.names(d.get("blocked_by"))
-    splits = rd.splits(d, len(trace.text) + rd.MAX_WINDOW)
+    d = record.details
+    blocked = rd.names(d.blocked_by)
+    splits = rd.splits(d.splits, len(trace.text) + rd.MAX_WINDOW)
     drafter = rd.drafter_of(record, trace)
-    boundary = rd.integer(d.get("boundary"))
+    boundary = rd.integer(d.boundary)
     end = _is_end(record, trace)
     sentences = [f"The drafter {_m(drafter)} proposed to stop here."] if end else []
     if record.condition == "inside_character" or boundary is None:
@@ -267,20 +279,20 @@ def _explain_blocked(record: TokenRecord, trace: RunTrace) -> list[str]:
 
 
 def _explain_ensembled(record: TokenRecord, trace: RunTrace) -> list[str]:
-    d, fusion = rd.mapping(record.details), record.fusion
+    d, fusion = record.details, record.fusion
     method = _fusion_name(record, trace)
     end = _is_end(record, trace)
-    why = f"mean probability {_p(d.get('mean_prob'))} ≤ 0.5 and not every verifier's top choice matched the draft"
-    if end and record.decision == "ensembled_kept":
+    why = f"mean probability {_p(d.mean_prob)} ≤ 0.5 and not every verifier's top choice matched the draft"
+    if end and record.decision == Decision.ENSEMBLED_KEPT:
         first = f"The drafter {_m(rd.drafter_of(record, trace))} proposed to stop here, but the models disagreed ({why}), so SAFE fused their distributions with {method}."
     else:
         first = f"The models disagreed here ({why}), so SAFE fused their distributions with {method}."
     if fusion is None:
         return [first]
-    fused_p = d.get("fused_prob")
+    fused_p = d.fused_prob
     choice = f"{_k(fusion.choice)}" + (f" (fused probability {_p(fused_p)})" if rd.number(fused_p) is not None else "")
     draft = _k(fusion.draft) if isinstance(fusion.draft, str) else "the draft"
-    if record.decision == "ensembled_kept":
+    if record.decision == Decision.ENSEMBLED_KEPT:
         if end:
             verdict = f"The fused choice {choice} is to stop as well, so the draft's end was kept and the answer ended here."
         else:
@@ -303,17 +315,17 @@ def _explain_ensembled(record: TokenRecord, trace: RunTrace) -> list[str]:
 
 def _vocabulary(record: TokenRecord, trace: RunTrace, key: str, support: dict[str, float | None]) -> str:
     """Which models lack the chosen key as a token (they re-tokenize) and which have it but barely wanted it."""
-    d = rd.mapping(record.details)
-    if not isinstance(d.get("in_vocab"), list):
+    d = record.details
+    if not isinstance(d.in_vocab, list):
         return ""  # not recorded (older traces): claim nothing
-    have = rd.names(d.get("in_vocab"))
+    have = rd.names(d.in_vocab)
     models = list(support) or list(trace.models)
     end = _is_end(record, trace)
     choice = _k(key)
     sentences = []
     lacking = [m for m in models if m not in have]
     if lacking:
-        splits = rd.splits(d, len(trace.text) + rd.MAX_WINDOW)
+        splits = rd.splits(d.splits, len(trace.text) + rd.MAX_WINDOW)
         cuts = []
         for m in lacking:
             pieces = [t[0] for t in splits.get(m, []) if t[1] < record.end and t[2] > record.start]
@@ -346,8 +358,8 @@ def _vocabulary(record: TokenRecord, trace: RunTrace, key: str, support: dict[st
 
 
 def _explain_fused(record: TokenRecord, trace: RunTrace) -> list[str]:
-    d, fusion = rd.mapping(record.details), record.fusion
-    support = {m: rd.number(p) for m, p in rd.mapping(d.get("support")).items()}
+    d, fusion = record.details, record.fusion
+    support = {m: rd.number(p) for m, p in rd.mapping(d.support).items()}
     method = _fusion_name(record, trace)
     key = fusion.choice if fusion is not None and isinstance(fusion.choice, str) else record.text
     if _is_end(record, trace):
@@ -368,17 +380,17 @@ def _explain_fused(record: TokenRecord, trace: RunTrace) -> list[str]:
 
 
 def _explain_gated(record: TokenRecord, trace: RunTrace) -> list[str]:
-    d = rd.mapping(record.details)
-    primary = rd.text(d.get("primary")) or record.model
-    gate = d.get("gate") if rd.number(d.get("gate")) is not None else rd.setting(trace, "gac_gate")
+    d = record.details
+    primary = rd.text(d.primary) or record.model
+    gate = d.gate if rd.number(d.gate) is not None else rd.setting(trace, "gac_gate")
     if _is_end(record, trace):
         first = (
-            f"GaC's gate: the primary model {_m(primary)} puts {_p(d.get('primary_top'))} on its top choice, to stop here, "
+            f"GaC's gate: the primary model {_m(primary)} puts {_p(d.primary_top)} on its top choice, to stop here, "
             f"above the gate {_p(gate)}, so the answer ended without fusing."
         )
     else:
         first = (
-            f"GaC's gate: the primary model {_m(primary)} puts {_p(d.get('primary_top'))} on its top token, above the gate "
+            f"GaC's gate: the primary model {_m(primary)} puts {_p(d.primary_top)} on its top token, above the gate "
             f"{_p(gate)}, so its token {_k(record.text)} was used without fusing."
         )
     others = _runners_up(rd.pairs(record.topk), record.text)
@@ -409,15 +421,15 @@ def _explain_segment(record: TokenRecord, trace: RunTrace) -> list[str]:
     ]
 
 
-_EXPLAINERS = {
-    "drafter": _explain_drafter,
-    "consensus": _explain_consensus,
-    "oov_blocked": _explain_blocked,
-    "ensembled_kept": _explain_ensembled,
-    "ensembled_replaced": _explain_ensembled,
-    "fused": _explain_fused,
-    "gated": _explain_gated,
-    "segment": _explain_segment,
+_EXPLAINERS = {  # each reads the details record of its decision (the record's type follows its decision)
+    Decision.DRAFTER: _explain_drafter,
+    Decision.CONSENSUS: _explain_consensus,
+    Decision.OOV_BLOCKED: _explain_blocked,
+    Decision.ENSEMBLED_KEPT: _explain_ensembled,
+    Decision.ENSEMBLED_REPLACED: _explain_ensembled,
+    Decision.FUSED: _explain_fused,
+    Decision.GATED: _explain_gated,
+    Decision.SEGMENT: _explain_segment,
 }
 
 
@@ -430,7 +442,7 @@ def explain(trace: RunTrace, index) -> str:
     group = group_of(trace.tokens, position)
     decision = record.decision if record.decision in DECISION_STYLE else ""
     cls = decision
-    if record.decision == "segment":
+    if record.decision == Decision.SEGMENT:
         cls = model_class(trace.models, record.model) or decision
     piece = trace.text[record.start : record.end]
     if _is_end(record, trace):

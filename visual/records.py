@@ -1,12 +1,11 @@
-"""Defensive readers for trace records: an uploaded trace's ``details`` dict is free-form JSON."""
+"""Defensive readers for trace records: the fields of an uploaded trace's ``details`` hold whatever the file held."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
 
 from ensemble.keys import EOS_KEY
-from ensemble.trace import RunTrace, TokenRecord
+from ensemble.trace import DrafterDetails, RunTrace, TokenRecord
 
 MAX_WINDOW = 160  # characters around a decision; caps what a malformed uploaded trace can make us draw
 
@@ -28,17 +27,12 @@ def setting(trace: RunTrace, name: str):
 
 
 def drafter_of(record: TokenRecord, trace: RunTrace) -> str:
-    """The SAFE drafter behind a record: the record's own model, except ``ensemble`` for a replaced token."""
+    """The SAFE drafter behind a record: the record's own model, except ``ensemble`` for a replaced token, whose
+    drafter the trace records (:meth:`RunTrace.from_dict` fills it in for older traces)."""
     if record.model in trace.models:
         return record.model
-    chosen = text(setting(trace, "drafter"))
-    if chosen in trace.models:
-        return chosen
-    d = mapping(record.details)
-    verifiers = {*mapping(d.get("verifier_tokens")), *names(d.get("blocked_by"))}
-    for model in [*mapping(d.get("probs")), *mapping(d.get("per_model_top")), *trace.models]:
-        if model not in verifiers:
-            return model
+    if trace.drafter in trace.models:
+        return trace.drafter
     return record.model
 
 
@@ -98,9 +92,9 @@ def is_incomplete(piece: str) -> bool:
     return piece.endswith("\ufffd")
 
 
-def splits(details, limit: int) -> dict[str, list[tuple[str, int, int]]]:
-    """Each model's tokens around a decision (``details.splits``), models without a usable token left out."""
-    found = {model: spans(value, limit) for model, value in mapping(mapping(details).get("splits")).items()}
+def splits(value, limit: int) -> dict[str, list[tuple[str, int, int]]]:
+    """Each model's tokens around a decision (a record's ``details.splits``), models without a usable token left out."""
+    found = {model: spans(value, limit) for model, value in mapping(value).items()}
     return {model: tokens for model, tokens in found.items() if tokens}
 
 
@@ -117,7 +111,7 @@ def is_end(record: TokenRecord, text_len: int) -> bool:
         record.start == record.end
         and record.start >= text_len
         and record.text in END_TEXTS
-        and not mapping(record.details).get("control_token")
+        and not (isinstance(record.details, DrafterDetails) and record.details.control_token)
     )
 
 
@@ -133,4 +127,4 @@ def finite(value):
 
 
 def record_dict(record: TokenRecord) -> dict:
-    return finite(asdict(record))
+    return finite(record.to_dict())

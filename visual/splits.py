@@ -8,7 +8,7 @@ verifier's own next token; what a trace does not record is left blank (dotted), 
 
 from __future__ import annotations
 
-from ensemble.trace import RunTrace, TokenRecord
+from ensemble.trace import CheckedDetails, Decision, FusedDetails, GatedDetails, OovBlockedDetails, RunTrace, TokenRecord
 
 from . import records as rd
 from .aligned import Box, Row, grid_html, key_html
@@ -17,7 +17,7 @@ from .strip import token_groups
 from .style import DECISION_LABELS, DECISION_STYLE, END_MARKER, model_class
 
 CONTEXT_GROUPS = 6  # tokens shown on each side of the clicked one in the response row (no splits recorded)
-SAFE_DECISIONS = ("consensus", "oov_blocked", "ensembled_kept", "ensembled_replaced")
+SAFE_DECISIONS = (Decision.CONSENSUS, Decision.OOV_BLOCKED, Decision.ENSEMBLED_KEPT, Decision.ENSEMBLED_REPLACED)
 
 
 def _code(text: str) -> str:
@@ -53,7 +53,7 @@ def _response_row(trace: RunTrace, record: TokenRecord) -> tuple[Row, int, int]:
 def _decision_point(record: TokenRecord, trace: RunTrace) -> int:
     """Where the decision was taken: SAFE's boundary, the fusion's boundary, else the record's start."""
     limit = len(trace.text) + rd.MAX_WINDOW
-    candidates = (rd.mapping(record.details).get("boundary"), record.fusion.boundary if record.fusion is not None else None)
+    candidates = (record.details.boundary, record.fusion.boundary if record.fusion is not None else None)
     for value in candidates:
         point = rd.integer(value)
         if point is not None and 0 <= point <= limit:
@@ -75,14 +75,14 @@ def _window(splits: dict[str, list[tuple[str, int, int]]], mark: int) -> tuple[i
 
 
 def _role(record: TokenRecord, trace: RunTrace, model: str, drafter: str | None) -> str:
-    d = rd.mapping(record.details)
+    d = record.details
     if drafter is not None:
         if model == drafter:
             return "drafter"
-        return "blocked" if model in rd.names(d.get("blocked_by")) else "verifier"
-    if model == rd.text(d.get("primary")):
+        return "blocked" if isinstance(d, OovBlockedDetails) and model in rd.names(d.blocked_by) else "verifier"
+    if isinstance(d, GatedDetails) and model == rd.text(d.primary):
         return "primary"
-    if isinstance(d.get("in_vocab"), list) and model not in rd.names(d.get("in_vocab")):
+    if isinstance(d, FusedDetails) and isinstance(d.in_vocab, list) and model not in rd.names(d.in_vocab):
         return "re-tokenized"
     return ""
 
@@ -101,7 +101,7 @@ def _splits_view(trace: RunTrace, record: TokenRecord, splits: dict[str, list[tu
         for g in token_groups(trace.tokens)
         if lo <= g[0].start < g[0].end <= hi and trace.text[g[0].start : g[0].end] == axis[g[0].start : g[0].end]
     ]
-    replaced = record.decision == "ensembled_replaced" and draft_shown
+    replaced = record.decision == Decision.ENSEMBLED_REPLACED and draft_shown
     gap = "replaced: the response goes on with the fused choice" if replaced else "not in the response here (draft that was not kept)"
     rows = [Row("response", response, "the accepted tokens, coloured by decision", gap)]
     is_safe = record.decision in SAFE_DECISIONS
@@ -147,7 +147,7 @@ def tokenization_html(trace: RunTrace, index) -> str:
     if record is None:
         return ""
     mark = _decision_point(record, trace)
-    splits = rd.splits(record.details, len(trace.text) + rd.MAX_WINDOW)
+    splits = rd.splits(record.details.splits, len(trace.text) + rd.MAX_WINDOW)
     if splits:
         lo, hi = _window(splits, mark)
         if lo < hi:
@@ -155,7 +155,8 @@ def tokenization_html(trace: RunTrace, index) -> str:
     mark = mark if mark <= len(trace.text) else record.start
     response, lo, hi = _response_row(trace, record)
     rows = [response]
-    for model, key in rd.mapping(rd.mapping(record.details).get("verifier_tokens")).items():
+    own = record.details.verifier_tokens if isinstance(record.details, CheckedDetails) else None
+    for model, key in rd.mapping(own).items():
         if isinstance(key, str) and key and trace.text[mark : mark + len(key)] == key:
             end = mark + len(key)
             hi = max(hi, min(end, lo + rd.MAX_WINDOW))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ensemble.keys import display_key
-from ensemble.trace import RunTrace, TokenRecord
+from ensemble.trace import ConsensusDetails, Decision, GatedDetails, OovBlockedDetails, RunTrace, TokenRecord
 
 from . import records as rd
 from .escape import safe, whitespace
@@ -55,23 +55,23 @@ def token_summary(record: TokenRecord, piece: str | None = None, text_len: int |
     Args:
         text_len: length of the response (so far); tells the end of sequence from a control token.
     """
-    d = rd.mapping(record.details)
+    d = record.details
     head = f"#{record.index} {DECISION_LABELS.get(record.decision, record.decision)}"
     parts = [head]
     if record.condition:
         parts.append(str(record.condition))
     parts.append(str(record.model))
-    if record.decision == "oov_blocked" and rd.names(d.get("blocked_by")):
-        parts.append("no token edge in " + ", ".join(rd.names(d.get("blocked_by"))))
-    elif record.decision == "consensus" and "mean_prob" in d:
-        parts.append(f"mean p {_fmt(d['mean_prob'])}")
-    elif record.decision == "ensembled_replaced" and record.fusion is not None:
+    if isinstance(d, OovBlockedDetails) and rd.names(d.blocked_by):
+        parts.append("no token edge in " + ", ".join(rd.names(d.blocked_by)))
+    elif isinstance(d, ConsensusDetails) and d.mean_prob is not None:
+        parts.append(f"mean p {_fmt(d.mean_prob)}")
+    elif record.decision == Decision.ENSEMBLED_REPLACED and record.fusion is not None:
         parts.append(f"draft {record.fusion.draft!r} → {record.fusion.choice!r}")
-    elif record.decision in ("ensembled_kept", "fused") and record.fusion is not None:
+    elif record.decision in (Decision.ENSEMBLED_KEPT, Decision.FUSED) and record.fusion is not None:
         parts.append(f"fused choice {record.fusion.choice!r}")
-    elif record.decision == "gated" and "primary_top" in d:
-        parts.append(f"top p {_fmt(d['primary_top'])} > gate {_fmt(d.get('gate'))}")
-    elif record.decision == "segment" and record.round is not None:
+    elif isinstance(d, GatedDetails) and d.primary_top is not None:
+        parts.append(f"top p {_fmt(d.primary_top)} > gate {_fmt(d.gate)}")
+    elif record.decision == Decision.SEGMENT and record.round is not None:
         parts.append(f"round {record.round}")
     elif top := rd.pairs(record.topk):
         parts.append(f"p {_fmt(top[0][1])}" if top[0][0] == record.text else "")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ..adapter import ModelAdapter
 from ..errors import Cancelled
@@ -16,7 +16,19 @@ from .safe import run_safe
 from .single import run_single
 from .specem import run_specem
 
-__all__ = ["EnsembleRun", "RoundEvent", "StatusEvent", "TokenEvent", "generate", "unique_names"]
+__all__ = ["RUNNERS", "EnsembleRun", "RoundEvent", "StatusEvent", "TokenEvent", "generate", "unique_names"]
+
+
+Runner = Callable[..., Iterator]
+"""A method's body: a generator over a :class:`Run` yielding events and returning the stop reason."""
+
+RUNNERS: dict[str, Runner] = {  # a new method is one entry here (and its name in settings.METHODS)
+    "single": lambda run, **_: run_single(run),
+    "unite": lambda run, **_: run_every_token(run, "unite"),
+    "gac": lambda run, **_: run_every_token(run, "gac"),
+    "safe": lambda run, **_: run_safe(run),
+    "specem": lambda run, recompute_context=False: run_specem(run, recompute_context=recompute_context),
+}
 
 
 def unique_names(models: list[LoadedModel]) -> list[str]:
@@ -66,15 +78,7 @@ class EnsembleRun:
         run = self.run
         reason = "budget"
         try:
-            if self.method == "single":
-                body = run_single(run)
-            elif self.method in ("unite", "gac"):
-                body = run_every_token(run, self.method)
-            elif self.method == "safe":
-                body = run_safe(run)
-            else:
-                body = run_specem(run, recompute_context=self.recompute_context)
-            reason = yield from body
+            reason = yield from RUNNERS[self.method](run, recompute_context=self.recompute_context)
         except Cancelled:
             reason = "cancelled"
         except Exception as exc:

@@ -13,7 +13,7 @@ from ..adapter import ModelAdapter
 from ..errors import Cancelled, InputError
 from ..keys import EOS_KEY, MAX_PROMPT_CHARS, display_key, replace_lone_surrogates
 from ..settings import Settings
-from ..trace import FusionRecord, RoundRecord, RunTrace, TokenRecord
+from ..trace import Decision, Details, FusionRecord, RoundRecord, RunTrace, TokenRecord
 
 
 @dataclass
@@ -124,6 +124,7 @@ class Run:
             warnings=warnings,
             created=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             model_info={a.name: {"source": a.loaded.source, **a.loaded.info} for a in adapters},
+            drafter=None if method == "specem" else (settings.drafter or adapters[0].name),
         )
         self.stop_strings = (
             list(settings.stop_strings)
@@ -140,6 +141,11 @@ class Run:
             adapter.reset_stats()
             adapter.cancel = self.cancel
             adapter.start(self.prompt)
+
+    @property
+    def lead(self) -> ModelAdapter:
+        """The model whose tokens the others check: SAFE's drafter, every-token's primary, the single model."""
+        return next(a for a in self.adapters if a.name == self.trace.drafter)
 
     # -- prompt -----------------------------------------------------------------------------------------
     def _trim_prompt(self) -> None:
@@ -189,12 +195,12 @@ class Run:
         piece: str,
         key: str,
         model: str,
-        decision: str,
+        decision: Decision,
         *,
         span: tuple[int, int] | None = None,
         condition: str | None = None,
         round_index: int | None = None,
-        details: dict | None = None,
+        details: Details | None = None,
         fusion: FusionRecord | None = None,
         topk: list | None = None,
     ) -> TokenRecord:
@@ -213,7 +219,7 @@ class Run:
             decision=decision,
             condition=condition,
             round=round_index,
-            details=details or {},
+            details=details,
             fusion=fusion,
             topk=topk,
         )
@@ -225,7 +231,7 @@ class Run:
         self._held.append(record)
         return record
 
-    def add_model_tokens(self, adapter: ModelAdapter, first: int, decision: str, upto: int | None = None, **kwargs) -> None:
+    def add_model_tokens(self, adapter: ModelAdapter, first: int, decision: Decision, upto: int | None = None, **kwargs) -> None:
         """Record the adapter's response tokens from index ``first`` on (the adapter spells the response).
 
         Byte tokens that split one character are held until the character is complete; then every one of
@@ -302,7 +308,7 @@ class Run:
         stats.generated_tokens = len(self.trace.tokens)
         counts: dict[str, int] = {}
         for t in self.trace.tokens:
-            counts[t.decision] = counts.get(t.decision, 0) + 1
+            counts[str(t.decision)] = counts.get(str(t.decision), 0) + 1
         stats.decisions = counts
         stats.ensemble_steps = sum(1 for t in self.trace.tokens if t.fusion is not None)
         stats.et_ratio = round(stats.ensemble_steps / stats.generated_tokens, 4) if stats.generated_tokens else 0.0

@@ -12,66 +12,12 @@ from collections.abc import Iterator
 
 import torch
 
-from ..adapter import ModelAdapter
+from ..decisions import FusedDetails, GatedDetails
 from ..fusion import Fuser
-from ..keys import EOS_KEY, is_complete, is_control
+from ..keys import EOS_KEY
+from ..trace import Decision
 from .base import Chooser, Run, model_topk
-
-
-def follow_key(adapters: list[ModelAdapter], logits: list[torch.Tensor], text: str, key: str) -> tuple[str, ModelAdapter | None, int]:
-    """Extend every model by ``key``.
-
-    Returns the text added, and when the key ended inside a character (a byte token): the model that finished
-    the character greedily (the one most sure of the key) and the index of its first new token, so the
-    caller can record each of its tokens (the shared text only ever holds whole characters).
-    """
-    if not is_complete(key):
-        scores = []
-        for a, lg in zip(adapters, logits, strict=True):
-            ids = a.keys.ids_for_key(key)
-            scores.append(float(torch.softmax(lg.float(), -1)[ids].sum()) if ids else -1.0)
-        owner = adapters[max(range(len(adapters)), key=scores.__getitem__)]
-        first = len(owner.ids)
-        owner.append_ids(owner.key_ids(key))
-        for _ in range(4):
-            if not owner.pending:
-                break
-            owner.append(int(torch.argmax(owner.next_logits())))
-        finished = not owner.pending
-        if not finished:  # not valid UTF-8 after all: drop the stray bytes, keep whole characters
-            owner.sync(owner.text)
-        for a in adapters:
-            if a is owner:
-                continue
-            if a.keys.same_as(owner.keys):
-                a.restore(owner.ids)  # same tokenizer: take the very tokens that finished the character
-            else:
-                a.sync(owner.text)
-        new_text = owner.text
-        if not finished:
-            owner = None
-        return new_text[len(text) :], owner, first
-    for a, lg in zip(adapters, logits, strict=True):
-        ids = a.keys.ids_for_key(key)
-        if ids and not a.pending:
-            best = ids[0] if len(ids) == 1 else ids[int(torch.argmax(lg[ids]))]
-            a.append(best)
-        elif not is_control(key):  # (a control token this model lacks changes nothing for it)
-            a.sync(text + key)
-    return ("" if is_control(key) else key), None, 0
-
-
-def record_followed(run: Run, piece: str, key: str, owner: ModelAdapter | None, first: int, model: str, decision: str, **kwargs) -> None:
-    """Record a followed key: one record, or one per token of the model that finished a split character."""
-    if owner is None:
-        run.add(piece, key, model, decision, **kwargs)
-        return
-    fusion = kwargs.pop("fusion", None)
-    for i in range(first, len(owner.ids)):
-        if i == first:
-            run.add_model_tokens(owner, i, decision, upto=i + 1, fusion=fusion, **kwargs)
-        else:
-            run.add_model_tokens(owner, i, "drafter", upto=i + 1, condition="completes_character", round_index=kwargs.get("round_index"))
+from .follow import follow_key, record_followed
 
 
 def run_every_token(run: Run, fusion: str) -> Iterator:
@@ -99,29 +45,30 @@ def run_every_token(run: Run, fusion: str) -> Iterator:
         if gate is not None and float(lead_probs.max()) >= gate:  # GaC fuses only below the gate
             token_id = chooser(logits[primary])
             key = lead.keys.key(token_id)
-            decision, fused = "gated", None
-            details = {"primary": lead.name, "primary_top": round(float(lead_probs.max()), 4), "gate": gate}
+            decision, fused = Decision.GATED, None
+            details = GatedDetails(primary=lead.name, primary_top=round(float(lead_probs.max()), 4), gate=gate)
+            who = lead.name
             topk = model_topk(lead, logits[primary], 5)
         else:
             fused = fuser.fuse(logits, drafter=primary, boundary=boundary)
             key = fused.choice if chooser.greedy else fused.keys[chooser.sample(fused.probs)]
-            decision, topk = "fused", None
+            decision, topk = Decision.FUSED, None
             support = {
                 a.name: round(float(torch.softmax(lg.float(), -1)[a.keys.ids_for_key(key)].sum()), 4)
                 if a.keys.ids_for_key(key)
                 else 0.0
                 for a, lg in zip(adapters, logits, strict=True)
             }
-            details = {"support": support, "in_vocab": [a.name for a in adapters if a.keys.ids_for_key(key)]}
-        who = max(details.get("support", {lead.name: 1.0}).items(), key=lambda kv: kv[1])[0]
+            details = FusedDetails(support=support, in_vocab=[a.name for a in adapters if a.keys.ids_for_key(key)])
+            who = max(support.items(), key=lambda kv: kv[1])[0]
         if key == EOS_KEY:
             run.add("", EOS_KEY, who, decision, details=details, fusion=fused.record if fused else None, topk=topk)
             return "eos"
         piece, finisher, first = follow_key(adapters, logits, run.text, key)
         if finisher is not None:
-            details["completed_by"] = finisher.name
+            details.completed_by = finisher.name
         # How every model now cuts the text around this step (models lacking the key were re-tokenized).
-        details["splits"] = {a.name: a.tokens_near(boundary) for a in adapters}
+        details.splits = {a.name: a.tokens_near(boundary) for a in adapters}
         record_followed(run, piece, key, finisher, first, who, decision, details=details,
                         fusion=fused.record if fused else None, topk=topk)
         if run.check_stop():

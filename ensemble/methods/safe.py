@@ -1,5 +1,8 @@
 """SAFE: selective ensembling (Yun et al., "When to Ensemble", arXiv 2510.15346, ICLR 2026).
 
+The round follows the SAFE box of ``../shared/docs/algorithms.md``, numbered the same way: 1. draft, 2. verify,
+3. decide each draft token (stability check -> consensus -> GaC's gate -> fuse), 4. commit, 5. stop.
+
 One round: the drafter proposes up to n tokens from its cache; every verifier re-tokenizes the response plus
 the draft and reads its distribution at each of its token edges in a single forward pass; then each draft
 token is decided at its left boundary:
@@ -23,17 +26,66 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
 from ..adapter import ModelAdapter
+from ..decisions import (
+    ConsensusDetails,
+    Details,
+    DrafterDetails,
+    EnsembledKeptDetails,
+    EnsembledReplacedDetails,
+    GatedDetails,
+    OovBlockedDetails,
+)
 from ..fusion import Fuser
 from ..keys import EOS_KEY, display_key, is_complete, is_control
-from ..trace import RoundRecord
+from ..trace import Decision, FusionRecord, RoundRecord
 from .base import Chooser, Run, model_topk
-from .every_token import follow_key, record_followed
+from .follow import follow_key, record_followed
 
 SPLIT_WINDOW = 12
+
+Edges = dict[str, dict[int, tuple[int | None, torch.Tensor]]]
+"""verifier -> boundary -> (its own next token there, None for its end of sequence; its logits there)."""
+
+
+@dataclass
+class Draft:
+    """One round's draft: the drafter's tokens from response offset ``base`` on, its index ``first`` on."""
+
+    base: int
+    first: int
+    tokens: list[tuple[int, torch.Tensor]]  # (token id, the logits it was chosen from)
+    text: str
+    eos: bool  # the last token is the drafter's end of sequence (returned by ``draft``, never appended)
+
+    def ends_at(self, j: int) -> bool:
+        return self.eos and j == len(self.tokens) - 1
+
+
+@dataclass
+class Verdict:
+    """The decision on one draft token; ``replace``: the fused key that replaces it (ends the round)."""
+
+    decision: Decision
+    details: Details
+    topk: list | None = None
+    condition: str | None = None
+    fusion: FusionRecord | None = None
+    replace: str | None = None
+
+    def record(self) -> dict:
+        """The keyword arguments that record this verdict in the trace."""
+        return {"condition": self.condition, "details": self.details, "fusion": self.fusion, "topk": self.topk}
+
+
+def _accepted(draft: Draft, verdicts: list[Verdict]) -> int:
+    """Draft tokens the drafter keeps: all decided ones but a replaced token or the end of sequence."""
+    last_is_end = verdicts[-1].replace is not None or draft.ends_at(len(verdicts) - 1)
+    return len(verdicts) - (1 if last_is_end else 0)
 
 
 def _key_prob(adapter: ModelAdapter, probs: torch.Tensor, token_id: int | None) -> float:
@@ -45,154 +97,22 @@ def _key_prob(adapter: ModelAdapter, probs: torch.Tensor, token_id: int | None) 
 
 
 def run_safe(run: Run) -> Iterator:
-    settings = run.settings
-    names = [a.name for a in run.adapters]
-    drafter = run.adapters[names.index(settings.drafter) if settings.drafter else 0]
-    verifiers = [a for a in run.adapters if a is not drafter]
-    order = [drafter, *verifiers]
-    fuser = Fuser(
-        [a.name for a in order],
-        [a.keys for a in order],
-        fusion=settings.fusion,
-        top_k=settings.top_k,
-        sharpen=settings.sharpen_for("safe"),
-        lam=settings.sharpen_lambda,
-        weights=settings.weights,
-        temperature=settings.temperature,
-    )
-    chooser = Chooser(settings.temperature, settings.top_p, settings.seed)
-    gate = settings.gac_gate if settings.fusion == "gac" else None
-    stats = run.trace.stats
+    """SAFE rounds until an accepted end of sequence, a stop string or the token budget."""
+    safe = Safe(run)
     round_index = 0
     while run.budget_left > 0:
         run.check_cancel()
         t0 = time.perf_counter()
-        base, first = len(run.text), len(drafter.ids)
-        draft = drafter.draft(min(settings.lookahead, run.budget_left), chooser)
-        draft_text = drafter.text[base:]
+        draft = safe.draft()  # 1. Draft: up to n tokens from the drafter's cache
         t1 = time.perf_counter()
-        # Verify: each verifier tokenizes response + draft its own way; one forward pass gives its
-        # next-token distribution at every one of its token edges from the round's start on.
-        at_edge: dict[str, dict[int, tuple[int | None, torch.Tensor]]] = {}
-        for v in verifiers:
-            if v.keys.same_as(drafter.keys):
-                v.restore(drafter.ids)  # same tokenizer: condition on the drafter's very tokens
-            else:
-                v.sync(run.text + draft_text)
-        # Only boundaries that every verifier shares with the drafter can be decided by distributions.
-        wanted = {drafter.token_start(first + j) for j in range(len(draft))}
-        for v in verifiers:
-            wanted &= set(v.boundaries_from(base))
-        for v in verifiers:
-            at_edge[v.name] = {b: (tok, row) for b, tok, row in v.distributions_from(base, wanted)}
+        edges = safe.verify(draft)  # 2. Verify: one pass per verifier over response + draft
         t2 = time.perf_counter()
-        decisions: list[dict] = []
-        replacement: tuple[int, str, object] | None = None
-        ended = False
-        for j, (token_id, draft_logits) in enumerate(draft):
-            key = drafter.keys.key(token_id)
-            draft_probs = chooser.probs(draft_logits)  # once per token: P(d_j), the drafter's top-k
-            if key == EOS_KEY:
-                boundary: int | None = len(drafter.text)
-            else:
-                boundary = drafter.token_start(first + j)
-            info: dict = {"decision": "drafter", "details": {}}
-            if is_control(key) and key != EOS_KEY:
-                info["details"] = {"control_token": True}
-            elif verifiers:
-                blocked = [v for v in verifiers if boundary is None or boundary not in v.boundaries_from(boundary)]
-                if blocked:
-                    info = {
-                        "decision": "oov_blocked",
-                        "condition": "inside_character" if boundary is None else "misaligned",
-                        "details": {"blocked_by": [v.name for v in blocked], "boundary": boundary},
-                    }
-                else:
-                    info = _decide(chooser, fuser, gate, drafter, verifiers, at_edge, token_id, key, draft_logits, draft_probs, boundary)
-                # How every model cuts the text around this point (what the inspector shows).
-                at = boundary if boundary is not None else drafter.ends[first + j]
-                info["details"]["splits"] = {a.name: a.tokens_near(at) for a in order}
-            info["topk"] = model_topk(drafter, k=5, probs=draft_probs)
-            decisions.append(info)
-            if info.get("replace") is not None:
-                replacement = (j, info.pop("replace"), draft_logits)
-                break
-            if key == EOS_KEY:
-                ended = True
-                break
-        # Commit: the drafter keeps its own ids for accepted tokens.
-        accepted = replacement[0] if replacement else len(decisions) - (1 if ended else 0)
-        drafter.truncate_tokens(first + accepted)
-        for j, info in enumerate(decisions[:accepted]):
-            run.add_model_tokens(
-                drafter,
-                first + j,
-                info["decision"],
-                upto=first + j + 1,
-                condition=info.get("condition"),
-                round_index=round_index,
-                details=info.get("details"),
-                fusion=info.get("fusion"),
-                topk=info.get("topk"),
-            )
-        if ended and replacement is None:  # the accepted end of sequence is a (zero-width) token too
-            info = decisions[-1]
-            run.add("", EOS_KEY, drafter.name, info["decision"], condition=info.get("condition"), round_index=round_index,
-                    details=info.get("details"), fusion=info.get("fusion"), topk=info.get("topk"))
-        if replacement is not None:
-            j, new_key, draft_logits = replacement
-            info = decisions[j]
-            if new_key == EOS_KEY:
-                ended = True
-                run.add("", EOS_KEY, "ensemble", "ensembled_replaced", condition=info.get("condition"),
-                        round_index=round_index, details=info["details"], fusion=info["fusion"], topk=info.get("topk"))
-            elif is_complete(new_key) and not is_control(new_key):
-                # Alg. 1 line 5: the drafter re-tokenizes the response with the new text (a tail window,
-                # equal to a full re-tokenization of that tail), so the key merges with the text before it.
-                drafter.sync(run.text + new_key)
-                run.add(new_key, new_key, "ensemble", "ensembled_replaced", condition=info.get("condition"),
-                        round_index=round_index, details=info["details"], fusion=info["fusion"], topk=info.get("topk"))
-            else:
-                piece, finisher, start_index = follow_key([drafter], [draft_logits], run.text, new_key)
-                record_followed(
-                    run,
-                    piece,
-                    new_key,
-                    finisher,
-                    start_index,
-                    "ensemble",
-                    "ensembled_replaced",
-                    condition=info.get("condition"),
-                    round_index=round_index,
-                    details=info["details"],
-                    fusion=info["fusion"],
-                    topk=info.get("topk"),
-                )
-        discarded = len(draft) - accepted - (1 if ended and replacement is None else 0)
-        stats.draft_tokens += len(draft)
-        stats.draft_discarded += discarded
-        yield run.add_round(
-            RoundRecord(
-                index=round_index,
-                start=base,
-                candidates=[{"model": drafter.name, "text": draft_text, "tokens": len(draft)}],
-                verifiers=[v.name for v in verifiers],
-                winner=drafter.name,
-                accepted_text=run.text[base:],
-                timings={
-                    "draft_s": round(t1 - t0, 4),
-                    "verify_s": round(t2 - t1, 4),
-                    "decide_s": round(time.perf_counter() - t2, 4),
-                },
-                details={
-                    "accepted": accepted,
-                    "discarded": discarded,
-                    "replaced": replacement is not None,
-                    "decisions": [d["decision"] for d in decisions],
-                },
-            )
-        )
+        verdicts = safe.decide(draft, edges)  # 3. Decide each draft token at its left boundary
+        ended = safe.commit(draft, verdicts, round_index)  # 4. Commit: accepted prefix (+ fused key)
+        timings = {"draft_s": t1 - t0, "verify_s": t2 - t1, "decide_s": time.perf_counter() - t2}
+        yield run.add_round(safe.round_record(draft, verdicts, ended, round_index, timings))
         round_index += 1
+        # 5. Stop on a stop string or an accepted end of sequence; else the next round
         if run.check_stop():
             return "stop_string"
         yield from run.release()
@@ -201,64 +121,203 @@ def run_safe(run: Run) -> Iterator:
     return "budget"
 
 
-def _decide(chooser, fuser, gate, drafter, verifiers, at_edge, token_id, key, draft_logits, draft_probs, boundary) -> dict:
-    """Consensus check, GaC's gate (``gate`` None: off), then fusion, for one draft token at a boundary every
-    verifier shares. The consensus mean is weighted by the models' fusion weights (App. H), which the fuser
-    holds normalised in the order drafter, verifiers."""
-    p_draft = float(draft_probs[token_id])
-    own, verifier_top = {}, {}
-    unanimous = True
-    for v in verifiers:
-        next_id, row = at_edge[v.name][boundary]
-        if key == EOS_KEY:
-            next_id = None  # the verifier's own continuation at the end of the text is its EOS
-        probs = torch.softmax(row.float(), dim=-1)
-        own[v.name] = (next_id, _key_prob(v, probs, next_id))
-        verifier_top[v.name] = model_topk(v, k=5, probs=probs)
-        top = int(torch.argmax(probs))
-        unanimous &= (top in v.keys.eos_ids) if next_id is None else (top == next_id)
-    weights = fuser.weights
-    mean_p = weights[0] * p_draft + sum(w * own[v.name][1] for w, v in zip(weights[1:], verifiers, strict=True))
-    details = {
-        "boundary": boundary,
-        "per_model_top": {drafter.name: model_topk(drafter, k=5, probs=draft_probs), **verifier_top},
-        "mean_prob": round(mean_p, 4),
-        "probs": {drafter.name: round(p_draft, 4), **{n: round(p, 4) for n, (_, p) in own.items()}},
-        "verifier_tokens": {
-            v.name: "<eos>" if own[v.name][0] is None else display_key(v.keys.key(own[v.name][0])) for v in verifiers
-        },
-    }
-    if chooser.greedy and unanimous:
-        return {"decision": "consensus", "condition": "unanimous", "details": details}
-    if mean_p > 0.5:
-        return {"decision": "consensus", "condition": "confident", "details": details}
-    top = float(draft_probs.max())
-    if gate is not None and top >= gate:
-        details.update(primary=drafter.name, primary_top=round(top, 4), gate=gate)
-        return {"decision": "gated", "details": details}
-    logits = [draft_logits] + [at_edge[v.name][boundary][1] for v in verifiers]
-    fused = fuser.fuse(logits, drafter=0, draft_key=key, boundary=boundary)
-    if chooser.greedy:
-        choice = fused.choice
-    else:
-        # Paper App. H: accept the draft with probability min(1, P_ens / P_draft); on rejection sample from
-        # the residual max(0, P_ens - P_draft) over the fused candidates (speculative sampling).
-        p_ens = fused.prob_of(key)
-        if chooser.uniform() < min(1.0, p_ens / max(p_draft, 1e-12)):
-            choice = key
-        else:
-            if fuser.union is not None:
-                draft_on_keys = fuser.union.project(0, draft_probs)
+class Safe:
+    """The phases of a SAFE round over one run: who drafts, who verifies, how they fuse."""
+
+    def __init__(self, run: Run):
+        settings = run.settings
+        self.run = run
+        self.drafter = run.lead
+        self.verifiers = [a for a in run.adapters if a is not self.drafter]
+        self.order = [self.drafter, *self.verifiers]
+        self.fuser = Fuser(
+            [a.name for a in self.order],
+            [a.keys for a in self.order],
+            fusion=settings.fusion,
+            top_k=settings.top_k,
+            sharpen=settings.sharpen_for("safe"),
+            lam=settings.sharpen_lambda,
+            weights=settings.weights,
+            temperature=settings.temperature,
+        )
+        self.chooser = Chooser(settings.temperature, settings.top_p, settings.seed)
+        self.gate = settings.gac_gate if settings.fusion == "gac" else None
+
+    # -- 1. Draft ------------------------------------------------------------------------------------------
+    def draft(self) -> Draft:
+        run, drafter = self.run, self.drafter
+        base, first = len(run.text), len(drafter.ids)
+        tokens = drafter.draft(min(run.settings.lookahead, run.budget_left), self.chooser)
+        eos = bool(tokens) and drafter.keys.key(tokens[-1][0]) == EOS_KEY
+        return Draft(base, first, tokens, drafter.text[base:], eos)
+
+    # -- 2. Verify -----------------------------------------------------------------------------------------
+    def verify(self, draft: Draft) -> Edges:
+        """Each verifier tokenizes response + draft its own way; one forward pass gives its next-token
+        distribution at every boundary it shares with the drafter (only those can be decided by distributions)."""
+        drafter = self.drafter
+        for v in self.verifiers:
+            if v.keys.same_as(drafter.keys):
+                v.restore(drafter.ids)  # same tokenizer: condition on the drafter's very tokens
             else:
-                draft_on_keys = torch.tensor(
-                    [float(draft_probs[ids].sum()) if (ids := drafter.keys.ids_for_key(k)) else 0.0 for k in fused.keys]
-                )
-            residual = (fused.probs - draft_on_keys).clamp_min(0)
-            if float(residual.sum()) <= 0:
-                residual = fused.probs.clone()
-            choice = fused.keys[chooser.sample(residual / residual.sum())]
-        details["accept_prob"] = round(min(1.0, p_ens / max(p_draft, 1e-12)), 4)
-    details["fused_prob"] = round(fused.prob_of(choice), 4)
-    if choice == key:
-        return {"decision": "ensembled_kept", "details": details, "fusion": fused.record}
-    return {"decision": "ensembled_replaced", "details": details, "fusion": fused.record, "replace": choice}
+                v.sync(self.run.text + draft.text)
+        wanted = {drafter.token_start(draft.first + j) for j in range(len(draft.tokens))}
+        for v in self.verifiers:
+            wanted &= set(v.boundaries_from(draft.base))
+        return {v.name: {b: (tok, row) for b, tok, row in v.distributions_from(draft.base, wanted)} for v in self.verifiers}
+
+    # -- 3. Decide -----------------------------------------------------------------------------------------
+    def decide(self, draft: Draft, edges: Edges) -> list[Verdict]:
+        """Walk the draft; stop after a replacement or the end of sequence."""
+        verdicts = []
+        for j in range(len(draft.tokens)):
+            verdict = self.decide_token(draft, j, edges)
+            verdicts.append(verdict)
+            if verdict.replace is not None or draft.ends_at(j):
+                break
+        return verdicts
+
+    def decide_token(self, draft: Draft, j: int, edges: Edges) -> Verdict:
+        drafter = self.drafter
+        token_id, logits = draft.tokens[j]
+        key = drafter.keys.key(token_id)
+        probs = self.chooser.probs(logits)  # once per token: P(d_j), the drafter's top-k
+        end = draft.ends_at(j)
+        boundary = len(drafter.text) if end else drafter.token_start(draft.first + j)
+        if is_control(key) and not end:
+            verdict = Verdict(Decision.DRAFTER, DrafterDetails(control_token=True))
+        elif not self.verifiers:
+            verdict = Verdict(Decision.DRAFTER, DrafterDetails())
+        else:
+            # 3a. Stability (OOV-like) check: every verifier needs a token edge at the boundary.
+            blocked = [v for v in self.verifiers if boundary is None or boundary not in v.boundaries_from(boundary)]
+            if blocked:
+                condition = "inside_character" if boundary is None else "misaligned"
+                details = OovBlockedDetails(blocked_by=[v.name for v in blocked], boundary=boundary)
+                verdict = Verdict(Decision.OOV_BLOCKED, details, condition=condition)
+            else:
+                verdict = self.check(token_id, key, logits, probs, boundary, edges, end)
+            # How every model cuts the text around this point (what the inspector shows).
+            at = boundary if boundary is not None else drafter.ends[draft.first + j]
+            verdict.details.splits = {a.name: a.tokens_near(at) for a in self.order}
+        verdict.topk = model_topk(drafter, k=5, probs=probs)
+        return verdict
+
+    def check(self, token_id, key, logits, probs, boundary, edges: Edges, end: bool) -> Verdict:
+        """3b. consensus, 3c. GaC's gate (off: ``gate`` None), 3d. fusion, at a boundary every verifier shares.
+        The consensus mean is weighted by the models' fusion weights (App. H), which the fuser holds
+        normalised in the order drafter, verifiers."""
+        drafter, verifiers = self.drafter, self.verifiers
+        p_draft = float(probs[token_id])
+        own, verifier_top = {}, {}
+        unanimous = True
+        for v in verifiers:
+            next_id, row = edges[v.name][boundary]
+            if end:
+                next_id = None  # the verifier's own continuation at the end of the text is its EOS
+            v_probs = torch.softmax(row.float(), dim=-1)
+            own[v.name] = (next_id, _key_prob(v, v_probs, next_id))
+            verifier_top[v.name] = model_topk(v, k=5, probs=v_probs)
+            top = int(torch.argmax(v_probs))
+            unanimous &= (top in v.keys.eos_ids) if next_id is None else (top == next_id)
+        weights = self.fuser.weights
+        mean_p = weights[0] * p_draft + sum(w * own[v.name][1] for w, v in zip(weights[1:], verifiers, strict=True))
+        checked = {
+            "boundary": boundary,
+            "per_model_top": {drafter.name: model_topk(drafter, k=5, probs=probs), **verifier_top},
+            "mean_prob": round(mean_p, 4),
+            "probs": {drafter.name: round(p_draft, 4), **{n: round(p, 4) for n, (_, p) in own.items()}},
+            "verifier_tokens": {
+                v.name: "<eos>" if own[v.name][0] is None else display_key(v.keys.key(own[v.name][0])) for v in verifiers
+            },
+        }
+        if self.chooser.greedy and unanimous:
+            return Verdict(Decision.CONSENSUS, ConsensusDetails(**checked), condition="unanimous")
+        if mean_p > 0.5:
+            return Verdict(Decision.CONSENSUS, ConsensusDetails(**checked), condition="confident")
+        top = float(probs.max())
+        if self.gate is not None and top >= self.gate:
+            details = GatedDetails(**checked, primary=drafter.name, primary_top=round(top, 4), gate=self.gate)
+            return Verdict(Decision.GATED, details)
+        rows = [logits] + [edges[v.name][boundary][1] for v in verifiers]
+        fused = self.fuser.fuse(rows, drafter=0, draft_key=key, boundary=boundary)
+        if self.chooser.greedy:
+            choice = fused.choice
+        else:
+            choice, checked["accept_prob"] = self.accept_or_resample(fused, key, probs, p_draft)
+        checked["fused_prob"] = round(fused.prob_of(choice), 4)
+        if choice == key:
+            return Verdict(Decision.ENSEMBLED_KEPT, EnsembledKeptDetails(**checked), fusion=fused.record)
+        details = EnsembledReplacedDetails(**checked)
+        return Verdict(Decision.ENSEMBLED_REPLACED, details, fusion=fused.record, replace=choice)
+
+    def accept_or_resample(self, fused, key: str, probs: torch.Tensor, p_draft: float) -> tuple[str, float]:
+        """Paper App. H: accept the draft with probability min(1, P_ens / P_draft); on rejection sample from
+        the residual max(0, P_ens - P_draft) over the fused candidates (speculative sampling)."""
+        chooser, accept = self.chooser, min(1.0, fused.prob_of(key) / max(p_draft, 1e-12))
+        if chooser.uniform() < accept:
+            return key, round(accept, 4)
+        if self.fuser.union is not None:
+            draft_on_keys = self.fuser.union.project(0, probs)
+        else:
+            keys = self.drafter.keys
+            draft_on_keys = torch.tensor([float(probs[ids].sum()) if (ids := keys.ids_for_key(k)) else 0.0 for k in fused.keys])
+        residual = (fused.probs - draft_on_keys).clamp_min(0)
+        if float(residual.sum()) <= 0:
+            residual = fused.probs.clone()
+        return fused.keys[chooser.sample(residual / residual.sum())], round(accept, 4)
+
+    # -- 4. Commit -----------------------------------------------------------------------------------------
+    def commit(self, draft: Draft, verdicts: list[Verdict], round_index: int) -> bool:
+        """Record the accepted tokens and the round's last one; True when the response ended. The only place
+        that knows how a round ends: the drafter's end of sequence accepted, or a fused key in its place."""
+        run, drafter = self.run, self.drafter
+        last = verdicts[-1]
+        replaced = last.replace is not None
+        accepted = len(verdicts) - (1 if replaced or (draft.eos and len(verdicts) == len(draft.tokens)) else 0)
+        drafter.truncate_tokens(draft.first + accepted)  # the drafter keeps its own ids for accepted tokens
+        for j, verdict in enumerate(verdicts[:accepted]):
+            run.add_model_tokens(drafter, draft.first + j, verdict.decision, upto=draft.first + j + 1, round_index=round_index,
+                                 **verdict.record())
+        if not replaced:
+            if accepted < len(verdicts):  # the accepted end of sequence is a (zero-width) token too
+                run.add("", EOS_KEY, drafter.name, last.decision, round_index=round_index, **last.record())
+                return True
+            return False
+        key, record = last.replace, {"round_index": round_index, **last.record()}
+        if key == EOS_KEY:
+            run.add("", EOS_KEY, "ensemble", Decision.ENSEMBLED_REPLACED, **record)
+            return True
+        if is_complete(key) and not is_control(key):
+            # Alg. 1 line 5: the drafter re-tokenizes the response with the new text (a tail window, equal to a
+            # full re-tokenization of that tail), so the key merges with the text before it.
+            drafter.sync(run.text + key)
+            run.add(key, key, "ensemble", Decision.ENSEMBLED_REPLACED, **record)
+        else:
+            piece, finisher, start = follow_key([drafter], [draft.tokens[accepted][1]], run.text, key)
+            record_followed(run, piece, key, finisher, start, "ensemble", Decision.ENSEMBLED_REPLACED, **record)
+        return False
+
+    # -- the round's record --------------------------------------------------------------------------------
+    def round_record(self, draft: Draft, verdicts: list[Verdict], ended: bool, index: int, timings: dict) -> RoundRecord:
+        stats, n = self.run.trace.stats, len(draft.tokens)
+        replaced = verdicts[-1].replace is not None
+        accepted = _accepted(draft, verdicts)
+        discarded = n - accepted - (1 if ended and not replaced else 0)
+        stats.draft_tokens += n
+        stats.draft_discarded += discarded
+        return RoundRecord(
+            index=index,
+            start=draft.base,
+            candidates=[{"model": self.drafter.name, "text": draft.text, "tokens": n}],
+            verifiers=[v.name for v in self.verifiers],
+            winner=self.drafter.name,
+            accepted_text=self.run.text[draft.base :],
+            timings={k: round(v, 4) for k, v in timings.items()},
+            details={
+                "accepted": accepted,
+                "discarded": discarded,
+                "replaced": replaced,
+                "decisions": [str(v.decision) for v in verdicts],
+            },
+        )

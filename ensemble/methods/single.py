@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..keys import EOS_KEY
+from ..trace import Decision
 from .base import Chooser, Run, model_topk
 
 
@@ -18,11 +19,11 @@ def run_single(run: Run, record_topk: int = 5) -> Iterator:
         token_id = chooser(logits)
         topk = model_topk(adapter, logits, record_topk) if record_topk else None
         if adapter.keys.key(token_id) == EOS_KEY:
-            run.add("", EOS_KEY, adapter.name, "drafter", topk=topk)
+            run.add("", EOS_KEY, adapter.name, Decision.DRAFTER, topk=topk)
             return "eos"
         first = len(adapter.ids)
         adapter.append(token_id)
-        run.add_model_tokens(adapter, first, "drafter", topk=topk)
+        run.add_model_tokens(adapter, first, Decision.DRAFTER, topk=topk)
         if run.check_stop():
             return "stop_string"
         yield from run.release()

@@ -1,6 +1,7 @@
 """SpecEM: segment-level ensembling (Lv et al., arXiv 2412.07380 v3, NeurIPS 2025; first titled SpecFuse).
 
-Each round every drafting model proposes a segment of at most L tokens from its own cache (cut back to a word
+The round follows the SpecEM box of ``../shared/docs/algorithms.md``, numbered the same way (1. draft, 2. verify,
+3. verify-in-line, 4. aggregate and commit, 5. online feedback). Each round every drafting model proposes a segment of at most L tokens from its own cache (cut back to a word
 boundary); every verifier scores every candidate from the same context in ONE forward pass (verify-in-line:
 candidates side by side after the cached context, position ids restarting per candidate, a 4-D mask keeping
 them apart); the weighted scores pick the winner, whose text all models share next round; and an online
@@ -21,9 +22,10 @@ from collections.abc import Iterator
 import torch
 
 from ..adapter import ModelAdapter
+from ..decisions import SegmentDetails
 from ..keys import EOS_KEY
 from ..settings import SAMPLED_DRAFTS
-from ..trace import RoundRecord
+from ..trace import Decision, RoundRecord
 from .base import Chooser, Run, StatusEvent
 
 
@@ -167,7 +169,8 @@ def run_specem(run: Run, recompute_context: bool = False) -> Iterator:
         timings["draft_s"] = round(time.perf_counter() - t0, 4)
         if not candidates:
             return "eos"
-        # 2. Verify in line: one pass per verifier over all candidates (a lone candidate wins without a vote).
+        # 2. Verify: every verifier scores every candidate as it would follow the response ...
+        # 3. ... in line: one forward pass per verifier over all candidates (a lone candidate wins without a vote).
         t1 = time.perf_counter()
         scores: list[list[float]] = []
         if len(candidates) > 1:
@@ -187,24 +190,26 @@ def run_specem(run: Run, recompute_context: bool = False) -> Iterator:
                 trimmed = [(lp[s:], raw[s:]) for (lp, raw), s in zip(per_token, scored_from, strict=True)]
                 scores.append(verifier_scores(trimmed, settings.scoring))
         timings["verify_s"] = round(time.perf_counter() - t1, 4)
-        # 3. Aggregate with the current weights and commit the winner; 4. then the Hedge update.
+        # 4. Aggregate: score_i = sum_v w_v * S[v, i] with the round's weights; the winner is the argmax.
         if scores:
             aggregate = [sum(weights[v.name] * scores[r][i] for r, v in enumerate(verifiers)) for i in range(len(candidates))]
         else:
             aggregate = [1.0]
         win = max(range(len(candidates)), key=aggregate.__getitem__)
         winner = candidates[win]
+        # 5. Online feedback (Hedge), after the vote: the next round's weights.
         weights_before = dict(weights)
         rewards = hedge_rewards(scores, [v.name for v in verifiers], [c["model"] for c in candidates]) if scores else {}
         if settings.eta > 0 and rewards:
             weights = hedge_update(weights, rewards, settings.eta, round_number, len(candidates))
+        # 4. (continued) Commit the winner's text; the other models sync to it when they next draft or verify.
         run.check_cancel()  # nothing is committed once Stop was pressed
         t2 = time.perf_counter()
         owner = by_name[winner["model"]]
         owner.restore(winner["ids"])  # the winner keeps the very tokens it drafted
-        run.add_model_tokens(owner, winner["first"], "segment", round_index=round_number - 1, details={"segment_of": owner.name})
+        run.add_model_tokens(owner, winner["first"], Decision.SEGMENT, round_index=round_number - 1, details=SegmentDetails(segment_of=owner.name))
         if winner["eos"]:
-            run.add("", EOS_KEY, owner.name, "segment", round_index=round_number - 1, details={"segment_of": owner.name})
+            run.add("", EOS_KEY, owner.name, Decision.SEGMENT, round_index=round_number - 1, details=SegmentDetails(segment_of=owner.name))
         stats.wins[owner.name] = stats.wins.get(owner.name, 0) + 1
         timings["commit_s"] = round(time.perf_counter() - t2, 4)
         # The round's tokens stream before its record, so a viewer sees every committed token at once.
