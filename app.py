@@ -24,7 +24,7 @@ from ensemble.align import compare
 from ensemble.errors import EnsembleError, InputError, TraceFormatError
 from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
 from ensemble.methods.base import clean_prompt
-from ensemble.registry import DEFAULT_MODELS, EMBEDDED, GPU_PRESETS, ModelPool
+from ensemble.models import DEFAULT_MODELS, EMBEDDED, GPU_PRESETS, ModelPool
 from ensemble.settings import METHODS, Settings
 from ensemble.trace import MAX_TRACE_BYTES, RunTrace
 
@@ -381,7 +381,7 @@ def show_results(file):
     if file is None:
         return "<p>Upload the summary.csv written by <code>python -m ensemble evaluate</code>.</p>", None, None
     try:
-        from ensemble.evaluate import load_summary
+        from ensemble.evaluation import load_summary
 
         rows = load_summary(file if isinstance(file, str) else file.name)
     except EnsembleError as exc:

@@ -76,7 +76,7 @@ def _log(msg: str) -> None:
 
 
 def bench_load(names: list[str], device: str = "cpu", dtype: str = "auto") -> dict:
-    from .registry import is_cached, load, quiet_progress
+    from .models import is_cached, load, quiet_progress
 
     cold = [n for n in names if not is_cached(n)]
     started = time.perf_counter()

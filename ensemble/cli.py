@@ -10,8 +10,8 @@ import threading
 import traceback
 
 from .errors import EnsembleError, SettingsError
+from .models import DEFAULT_MODELS, resolve
 from .outputs import check_output_file
-from .registry import DEFAULT_MODELS, resolve
 from .settings import GAC_GATE
 
 ANSI = {
@@ -119,13 +119,15 @@ def _read(path: str, errors: str) -> str:
 
 # -- commands -----------------------------------------------------------------------------------------------
 def cmd_models(args) -> int:
-    from . import registry
+    from . import models as registry
+    from .models.cache import model_cache
+    from .models.integrity import verify_manifest
 
     rows = []
     for name, spec in registry.EMBEDDED.items():
         missing = registry.missing_packages(spec)
-        folder = registry._model_cache(spec)
-        problem = registry._verify_manifest(folder, full=args.verify) if not missing else "packages missing"
+        folder = model_cache(spec)
+        problem = verify_manifest(folder, full=args.verify) if not missing else "packages missing"
         rows.append(
             {
                 "name": name,
@@ -152,7 +154,7 @@ def cmd_models(args) -> int:
 
 
 def cmd_prepare(args) -> int:
-    from . import registry
+    from . import models as registry
 
     for name in args.names or list(DEFAULT_MODELS):
         if name not in registry.EMBEDDED:
@@ -164,7 +166,7 @@ def cmd_prepare(args) -> int:
 
 def cmd_tokenize(args) -> int:
     from .align import compare
-    from .registry import ModelPool
+    from .models import ModelPool
 
     text = _read(args.file, "surrogateescape") if args.file else args.text  # stray bytes stay visible
     if text is None:
@@ -194,7 +196,7 @@ def cmd_tokenize(args) -> int:
 
 def cmd_generate(args) -> int:
     from .methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
-    from .registry import ModelPool
+    from .models import ModelPool
 
     if args.prompt is not None and args.prompt_file is not None:
         raise SettingsError("Give the prompt once: --prompt TEXT or --prompt-file PATH, not both.")

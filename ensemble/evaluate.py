@@ -927,7 +927,7 @@ def _positive_int(value: str) -> int:
 
 def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
     from .cli import add_engine_options
-    from .registry import DEFAULT_MODELS
+    from .models import DEFAULT_MODELS
 
     p.add_argument("--data", required=True, help="GSM8K-format JSONL (question, answer ending in '#### n')")
     p.add_argument("--limit", type=_positive_int, default=None, help="evaluate N questions chosen by --seed (default: all)")
@@ -987,8 +987,8 @@ def _terminate_as_interrupt():
 def cmd_evaluate(args) -> int:
     from .cli import _models_arg, settings_from_args
     from .errors import UnknownModelError
+    from .models import ModelPool, resolve
     from .outputs import check_output_folder
-    from .registry import ModelPool, resolve
 
     specs = parse_methods(args.methods)
     settings = settings_from_args(args)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from ..adapter import ModelAdapter
 from ..errors import Cancelled
-from ..registry import LoadedModel
+from ..models import LoadedModel
 from ..settings import Settings
 from ..trace import RunTrace
 from .base import RoundEvent, Run, StatusEvent, TokenEvent
