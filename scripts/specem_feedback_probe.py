@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ensemble.evaluate import build_prompt, load_questions, select_questions
+from ensemble.evaluation import build_prompt, load_questions, select_questions
 from ensemble.methods import generate
 from ensemble.methods.specem import hedge_update
 from ensemble.models import ModelPool, quiet_progress
