@@ -122,7 +122,7 @@ class RunTrace:
 
     # -- serialisation ----------------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return _finite(asdict(self))
+        return finite(asdict(self))
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False, indent=indent, allow_nan=False)
@@ -178,15 +178,26 @@ class RunTrace:
         return rows
 
 
-def _finite(value):
-    """JSON has no NaN/inf: replace them by None so exports never fail."""
+def finite(value):
+    """A JSON-safe copy: JSON has no NaN/inf, so they become None (exports never fail), and keys become strings."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {str(k): finite(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
+        return [finite(v) for v in value]
     return value
+
+
+def unique_labels(labels: list[str], mark: str = "{label}#{n}") -> list[str]:
+    """The labels with each repeat numbered by ``mark`` (the second ``qwen`` becomes ``qwen#2``): model names of
+    a trace (a model listed twice), and category labels of a chart (plotly merges equal ones)."""
+    seen: dict[str, int] = {}
+    out = []
+    for item in labels:
+        seen[item] = seen.get(item, 0) + 1
+        out.append(item if seen[item] == 1 else mark.format(label=item, n=seen[item]))
+    return out
 
 
 def _known(cls, data: dict) -> dict:

@@ -10,6 +10,7 @@ from ensemble.trace import RunTrace, TokenRecord
 
 from . import records as rd
 from .escape import safe, whitespace
+from .numbers import number_text
 from .strip import group_of
 from .style import DECISION_LABELS, DECISION_STYLE, END_MARKER, model_class, swatch
 
@@ -27,10 +28,7 @@ def _m(name) -> str:
 
 
 def _p(value) -> str:
-    p = rd.number(value)
-    if p is None:
-        return "?"
-    return "&lt;0.01" if 0 < p < 0.005 else f"{p:.2f}"
+    return number_text(value, 2, missing="?", tiny=True)
 
 
 def _join(items: list[str]) -> str:
