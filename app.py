@@ -22,7 +22,7 @@ from ensemble.align import compare
 from ensemble.errors import EnsembleError, InputError, TraceFormatError
 from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
 from ensemble.methods.base import clean_prompt
-from ensemble.registry import DEFAULT_MODELS, EMBEDDED, GPU_PRESETS, ModelPool
+from ensemble.models import DEFAULT_MODELS, EMBEDDED, GPU_PRESETS, ModelPool
 from ensemble.settings import METHODS, Settings
 from ensemble.trace import MAX_TRACE_BYTES, RunTrace
 from ui import tabs
@@ -320,7 +320,7 @@ def show_results(file) -> ResultsView:
     if file is None:
         return ResultsView("<p>Upload the summary.csv written by <code>python -m ensemble evaluate</code>.</p>")
     try:
-        from ensemble.evaluate import load_summary
+        from ensemble.evaluation import load_summary
 
         rows = load_summary(file if isinstance(file, str) else file.name)
     except EnsembleError as exc:

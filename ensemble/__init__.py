@@ -13,9 +13,9 @@ __all__ = ["EnsembleRun", "ModelPool", "RunTrace", "Settings", "generate", "load
 _LAZY = {
     "EnsembleRun": "ensemble.methods",
     "generate": "ensemble.methods",
-    "ModelPool": "ensemble.registry",
-    "load": "ensemble.registry",
-    "resolve": "ensemble.registry",
+    "ModelPool": "ensemble.models",
+    "load": "ensemble.models",
+    "resolve": "ensemble.models",
     "RunTrace": "ensemble.trace",
     "Settings": "ensemble.settings",
 }

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterable
 
 from .errors import UnknownModelError, name_list
-from .registry import resolve
+from .models import resolve
 
 ALLOW_PATHS = "ENSEMBLE_LENS_ALLOW_PATHS"
 ALLOW_MODELS = "ENSEMBLE_LENS_ALLOW_MODELS"

@@ -19,7 +19,7 @@ from transformers import DynamicCache
 
 from .errors import Cancelled
 from .keys import EOS_KEY, Spans
-from .registry import LoadedModel
+from .models import LoadedModel
 
 SYNC_MARGIN = 4
 """Tokens re-tokenized before the first changed character when syncing; doubled until stable."""

@@ -11,8 +11,6 @@ discarded drafts and first-token time.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import threading
 import time
@@ -26,27 +24,6 @@ PROMPTS = [
 SECTIONS = ("load", "single", "retokenize", "methods", "reasoning", "specem")
 DEFAULT_DATA = "../shared/data/gsm8k/test.jsonl"
 """The shared GSM8K test set, relative to the repository root (``ENSEMBLE_LENS_GSM8K`` overrides it)."""
-
-
-def add_bench_arguments(p: argparse.ArgumentParser) -> None:
-    from .settings import add_arguments
-
-    p.add_argument("--models", default="qwen,smollm2,gemma3")
-    # The engine settings bench varies come from Settings' declarations; bench's own defaults and help override.
-    add_arguments(p, only=("max_new_tokens", "seed", "lookahead"), max_new_tokens={"default": 48},
-                  seed={"help": "which questions (as evaluate chooses them)"})
-    p.add_argument("--prompts", type=int, default=2, help="how many of the built-in prompts to use (1-3)")
-    p.add_argument("--repeat", type=int, default=3, help="best of N interleaved timings (default 3)")
-    p.add_argument("--only", default=",".join(SECTIONS), help=f"comma list of sections: {', '.join(SECTIONS)}")
-    p.add_argument("--data", default=None, help="GSM8K-format JSONL for the reasoning section "
-                   f"(default: $ENSEMBLE_LENS_GSM8K or {DEFAULT_DATA})")
-    p.add_argument("--limit", type=int, default=2, help="how many of its questions (chosen by --seed; default 2)")
-    p.add_argument("--reasoning-tokens", type=int, default=128, help="answer length of the reasoning section")
-    p.add_argument("--specem-long", type=int, default=400, help="long SpecEM run for the linear-cost check")
-    p.add_argument("--dtype", default="auto", help="auto (bfloat16 on CPUs with native bf16, else float32) | float32 | bfloat16")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_bench)
 
 
 class PeakMemory:
@@ -73,12 +50,12 @@ class PeakMemory:
         self.peak_mb = round(self.peak / 2**20, 1)
 
 
-def _log(msg: str) -> None:
+def log(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
 def bench_load(names: list[str], device: str = "cpu", dtype: str = "auto") -> dict:
-    from .registry import is_cached, load, quiet_progress
+    from .models import is_cached, load, quiet_progress
 
     cold = [n for n in names if not is_cached(n)]
     started = time.perf_counter()
@@ -127,7 +104,7 @@ def bench_single(models: dict, prompts: list[str], budget: int, repeat: int) -> 
             "ratio_adapter_to_generate": round(s_ours / s_ref, 3),
             "tokens": tokens,
         }
-        _log(f"single {name}: adapter {1 / s_ours:.2f} tok/s, generate {1 / s_ref:.2f} tok/s")
+        log(f"single {name}: adapter {1 / s_ours:.2f} tok/s, generate {1 / s_ref:.2f} tok/s")
     return out
 
 
@@ -153,7 +130,7 @@ def bench_retokenize(models: dict) -> dict:
                     timings[size].append(dt)
         marks = {f"{size}_chars_us": round(1e6 * sorted(v)[len(v) // 2], 1) for size, v in timings.items() if v}
         out[name] = marks
-        _log(f"retokenize {name}: {marks}")
+        log(f"retokenize {name}: {marks}")
     return out
 
 
@@ -179,7 +156,7 @@ def _measure(models: list, prompts: list[str], plan: list[tuple], repeat: int) -
                         pass
                     elapsed = time.perf_counter() - t
                 peak[label] = max(peak.get(label, 0.0), mem.peak_mb)
-                _log(f"{label}, prompt {p + 1}/{len(prompts)}: {job.trace.stats.generated_tokens} tokens in {elapsed:.1f} s")
+                log(f"{label}, prompt {p + 1}/{len(prompts)}: {job.trace.stats.generated_tokens} tokens in {elapsed:.1f} s")
                 if (label, p) not in best or elapsed < best[(label, p)][0]:
                     best[(label, p)] = (elapsed, job.trace)
     out = {}
@@ -236,7 +213,7 @@ def bench_methods(models: list, prompts: list[str], budget: int, lookahead: int,
         # ratio an implementation with no overhead besides those very passes would reach. When it is above
         # a target, only fewer or cheaper passes (another algorithm or other models) can meet it.
         row["forward_only_ratio"] = round(sum(row["forward_s_per_token"].values()) / drafter, 3)
-        _log(f"{label}: {row['s_per_token']:.4f} s/token, x{row['ratio_to_drafter']:.3f}, E/T {row['et_ratio']:.3f}")
+        log(f"{label}: {row['s_per_token']:.4f} s/token, x{row['ratio_to_drafter']:.3f}, E/T {row['et_ratio']:.3f}")
     out["targets"] = {"safe_ratio_max": 1.3, "unite_fusion_ms_max": 5, "gac_fusion_ms_max": 20}
     return out
 
@@ -253,7 +230,7 @@ def bench_specem(models: list, prompts: list[str], budget: int, long_budget: int
     out["specem"], out["specem_no_cache"] = rows["specem"], rows["specem_no_cache"]
     out["ratio_to_sum_of_singles"] = round(out["specem"]["s_per_token"] / total_single, 3)
     out["ratio_no_cache_to_cached"] = round(out["specem_no_cache"]["s_per_token"] / out["specem"]["s_per_token"], 3)
-    _log(f"specem: {out['specem']['s_per_token']:.4f} s/token (sum of singles {total_single:.4f})")
+    log(f"specem: {out['specem']['s_per_token']:.4f} s/token (sum of singles {total_single:.4f})")
     # Linear cost: time per token of a 100-token and a long run with no early stop (stop strings off).
     long_prompt = "Write a long, detailed story about a journey from Sofia to Plovdiv, in many paragraphs."
     lengths = [
@@ -283,7 +260,7 @@ def reasoning_prompts(data: str | None, limit: int, seed: int) -> tuple[str, lis
     from pathlib import Path
 
     from .errors import SettingsError
-    from .evaluate import build_prompt, load_questions, select_questions
+    from .evaluation import build_prompt, load_questions, select_questions
 
     if limit < 1:
         raise SettingsError(f"--limit must be at least 1; got {limit}.")
@@ -292,52 +269,6 @@ def reasoning_prompts(data: str | None, limit: int, seed: int) -> tuple[str, lis
         raise SettingsError(f"No GSM8K file at {path}: pass --data PATH.jsonl (or leave reasoning out of --only).")
     questions = select_questions(load_questions(path), limit, seed)
     return path, [build_prompt(q.question) for q in questions]
-
-
-def cmd_bench(args) -> int:
-    from .settings import Settings
-
-    names = [n.strip() for n in args.models.split(",") if n.strip()]
-    Settings(max_new_tokens=args.max_new_tokens, lookahead=args.lookahead).validate("safe", names)
-    sections = [s.strip() for s in args.only.split(",") if s.strip()]
-    unknown = [s for s in sections if s not in SECTIONS]
-    if unknown:
-        from .errors import SettingsError
-
-        raise SettingsError(f"Unknown bench section(s) {unknown}; choose from {', '.join(SECTIONS)}.")
-    prompts = PROMPTS[: max(1, min(args.prompts, len(PROMPTS)))]
-    data, reasoning = reasoning_prompts(args.data, args.limit, args.seed) if "reasoning" in sections else (None, [])
-    import torch
-
-    report: dict = {
-        "machine": {"threads": torch.get_num_threads(), "torch": torch.__version__},
-        "settings": {"models": names, "max_new_tokens": args.max_new_tokens, "prompts": len(prompts), "repeat": args.repeat},
-    }
-    report["machine"]["dtype"] = None
-    loaded = bench_load(names, args.device, args.dtype)
-    models = loaded["models"]
-    report["machine"]["dtype"] = next(iter(models.values())).info["dtype"]
-    if "load" in sections:
-        report["load"] = loaded["report"]
-        _log(f"warm load: {loaded['report']}")
-    if "single" in sections:
-        report["single"] = bench_single(models, prompts, args.max_new_tokens, args.repeat)
-    if "retokenize" in sections:
-        report["retokenize"] = bench_retokenize(models)
-    ordered = [models[n] for n in names]
-    if "methods" in sections and len(ordered) > 1:
-        report["methods"] = bench_methods(ordered, prompts, args.max_new_tokens, args.lookahead, args.repeat)
-    if "reasoning" in sections and len(ordered) > 1:
-        report["reasoning"] = bench_methods(ordered, reasoning, args.reasoning_tokens, args.lookahead, args.repeat, specem=True)
-        report["reasoning"]["data"] = {"path": data, "questions": len(reasoning), "seed": args.seed,
-                                       "max_new_tokens": args.reasoning_tokens}
-    if "specem" in sections and len(ordered) > 1:
-        report["specem"] = bench_specem(ordered, prompts, args.max_new_tokens, args.specem_long, args.repeat)
-    if args.json:
-        print(json.dumps(report, indent=1))
-    else:
-        print(format_report(report))
-    return 0
 
 
 def format_report(report: dict) -> str:

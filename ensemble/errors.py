@@ -43,3 +43,7 @@ def name_list(names, limit: int = 10, width: int = 40) -> str:
     shown = [n if len(n) <= width else n[: width - 1] + "…" for n in names[:limit]]
     more = len(names) - len(shown)
     return ", ".join(shown) + (f" and {more:,} more" if more > 0 else "")
+
+
+class EvaluationError(EnsembleError):
+    """An evaluation that cannot run as asked (bad data file, incompatible resume, malformed summary)."""

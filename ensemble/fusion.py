@@ -129,13 +129,17 @@ class UnionVocab:
         return lo, hi
 
 
-_UNIONS: dict[tuple[int, ...], UnionVocab] = {}
+_UNIONS: dict[tuple[int, ...], UnionVocab] = {}  # by the tables' fingerprints, never by id()
 _UNIONS_LOCK = threading.Lock()
 
 
 def union_vocab(tables: list[KeyTable]) -> UnionVocab:
-    """The cached union vocabulary of these key tables (built on first use, about a second for 460k keys)."""
-    ident = tuple(id(t) for t in tables)
+    """The cached union vocabulary of these key tables (built on first use, about a second for 460k keys).
+
+    The cache is keyed by the tables' content fingerprints: an ``id()`` is reused once its table is garbage
+    collected, so a new table at the same address would get another vocabulary's union.
+    """
+    ident = tuple(t.fingerprint for t in tables)
     with _UNIONS_LOCK:
         found = _UNIONS.get(ident)
         if found is None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass
 
@@ -126,13 +125,6 @@ class Spans:
         found = sorted(set(self.starts) | {0, self.length})
         return found
 
-    def token_at(self, offset: int) -> int | None:
-        """Index of the first token that starts exactly at ``offset``, or None if none does."""
-        i = bisect_right(self.starts, offset - 1)
-        if i < len(self.starts) and self.starts[i] == offset:
-            return i
-        return None
-
 
 class KeyTable:
     """Per-tokenizer table: token id -> key, plus the tokenization helpers built on it.
@@ -220,9 +212,6 @@ class KeyTable:
             return shared
         token_id = self._single.get(key)
         return [] if token_id is None else [token_id]
-
-    def distinct_keys(self) -> int:
-        return len(self._single)
 
     @property
     def fingerprint(self) -> int:

@@ -165,7 +165,7 @@ class RunTrace:
     def to_dict(self) -> dict:
         data = asdict(self)
         data["tokens"] = [t.to_dict() for t in self.tokens]
-        return _finite(data)
+        return finite(data)
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False, indent=indent, allow_nan=False)
@@ -222,14 +222,14 @@ class RunTrace:
         return rows
 
 
-def _finite(value):
-    """JSON has no NaN/inf: replace them by None so exports never fail."""
+def finite(value):
+    """A JSON-safe copy: JSON has no NaN/inf, so they become None (exports never fail), and keys become strings."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {str(k): finite(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
+        return [finite(v) for v in value]
     return value
 
 
@@ -268,6 +268,17 @@ def _str_keys(value) -> list[str]:
 
 def _strs(value) -> list[str]:
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def unique_labels(labels: list[str], mark: str = "{label}#{n}") -> list[str]:
+    """The labels with each repeat numbered by ``mark`` (the second ``qwen`` becomes ``qwen#2``): model names of
+    a trace (a model listed twice), and category labels of a chart (plotly merges equal ones)."""
+    seen: dict[str, int] = {}
+    out = []
+    for item in labels:
+        seen[item] = seen.get(item, 0) + 1
+        out.append(item if seen[item] == 1 else mark.format(label=item, n=seen[item]))
+    return out
 
 
 def _known(cls, data: dict) -> dict:

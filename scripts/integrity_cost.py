@@ -16,7 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ensemble import registry
+from ensemble import models
+from ensemble.files import file_sha256
+from ensemble.models.integrity import file_crc32, sample_digest
 
 
 def best(fn, repeat: int) -> float:
@@ -34,16 +36,16 @@ def main() -> None:
     args = parser.parse_args()
     totals = {"stat": 0.0, "sampled": 0.0, "crc32": 0.0, "sha256": 0.0}
     size_total = 0
-    for name in registry.EMBEDDED:
-        folder = registry.prepare(name, registry.quiet_progress)
+    for name in models.EMBEDDED:
+        folder = models.prepare(name, models.quiet_progress)
         files = [p for p in sorted(folder.iterdir()) if p.is_file()]
         size = sum(p.stat().st_size for p in files)
         size_total += size
         row = {
             "stat": best(lambda files=files: [p.stat() for p in files], args.repeat),
-            "sampled": best(lambda files=files: [registry.sample_digest(p) for p in files], args.repeat),
-            "crc32": best(lambda files=files: [registry.file_crc32(p) for p in files], args.repeat),
-            "sha256": best(lambda files=files: [registry.full_digest(p) for p in files], args.repeat),
+            "sampled": best(lambda files=files: [sample_digest(p) for p in files], args.repeat),
+            "crc32": best(lambda files=files: [file_crc32(p) for p in files], args.repeat),
+            "sha256": best(lambda files=files: [file_sha256(p) for p in files], args.repeat),
         }
         for key, value in row.items():
             totals[key] += value

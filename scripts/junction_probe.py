@@ -16,8 +16,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ensemble.evaluate import INSTRUCTION, load_questions
-from ensemble.registry import ModelPool, quiet_progress
+from ensemble.evaluation import INSTRUCTION, load_questions
+from ensemble.models import ModelPool, quiet_progress
 
 FARMER = "A farmer has 17 sheep. All but 9 run away. Then he buys 4 more. How many sheep does he have now? Think step by step."
 TEMPLATES = {"old": "Question: {prompt}\nAnswer:", "new": "Question: {prompt}\nAnswer:\n"}

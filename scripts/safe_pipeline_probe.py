@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ensemble.adapter import ModelAdapter
 from ensemble.bench import PROMPTS
-from ensemble.registry import load, quiet_progress
+from ensemble.models import load, quiet_progress
 
 ROUNDS, LOOKAHEAD = 8, 5
 

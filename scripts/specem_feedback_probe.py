@@ -16,10 +16,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ensemble.evaluate import build_prompt, load_questions, select_questions
+from ensemble.evaluation import build_prompt, load_questions, select_questions
 from ensemble.methods import generate
 from ensemble.methods.specem import hedge_update
-from ensemble.registry import ModelPool, quiet_progress
+from ensemble.models import ModelPool, quiet_progress
 from ensemble.settings import Settings
 
 ETAS = (0.5, 1.0, 2.0, 4.0, 8.0)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-from ensemble import registry
+from ensemble import models
 
 settings.register_profile(
     "ensemble",
@@ -37,16 +37,16 @@ EMBEDDED = ("qwen", "smollm2", "gemma3")
 
 
 @pytest.fixture(scope="session")
-def pool() -> registry.ModelPool:
+def pool() -> models.ModelPool:
     # float32: the invariants (cache == full recompute, verify-in-line == separate scoring) are checked at
     # atol 1e-4, tighter than bfloat16's precision; the app and CLI default to bfloat16 where it is fast.
-    return registry.ModelPool(dtype="float32")
+    return models.ModelPool(dtype="float32")
 
 
 @pytest.fixture(scope="session")
-def embedded(pool) -> dict[str, registry.LoadedModel]:
+def embedded(pool) -> dict[str, models.LoadedModel]:
     """The three embedded models (``make test`` prepares their cache first)."""
-    return {name: pool.get(name, registry.quiet_progress) for name in EMBEDDED}
+    return {name: pool.get(name, models.quiet_progress) for name in EMBEDDED}
 
 
 TOKENIZER_FIXTURES = Path(__file__).parent / "fixtures" / "tokenizers"
@@ -54,7 +54,7 @@ TOKENIZER_FIXTURES = Path(__file__).parent / "fixtures" / "tokenizers"
 
 def unpack_tokenizer_fixture(name: str, folder: Path) -> Path:
     """Write the shipped tokenizer files of an embedded model (``tokenizer.json`` is stored xz-compressed) into
-    ``folder``, in the layout :func:`registry.load_saved_tokenizer` reads."""
+    ``folder``, in the layout :func:`models.load_saved_tokenizer` reads."""
     source = TOKENIZER_FIXTURES / name
     folder.mkdir(parents=True, exist_ok=True)
     for file in source.iterdir():
@@ -68,9 +68,9 @@ def unpack_tokenizer_fixture(name: str, folder: Path) -> Path:
 @pytest.fixture(scope="session")
 def tokenizers(tmp_path_factory) -> dict:
     """The real tokenizers of the embedded models, from the files shipped in ``tests/fixtures/tokenizers``: no
-    model package, no weights, no de-quantization (``test_registry`` checks they equal the prepared ones)."""
+    model package, no weights, no de-quantization (``test_models`` checks they equal the prepared ones)."""
     root = tmp_path_factory.mktemp("tokenizers")
-    return {name: registry.load_saved_tokenizer(unpack_tokenizer_fixture(name, root / name)) for name in EMBEDDED}
+    return {name: models.load_saved_tokenizer(unpack_tokenizer_fixture(name, root / name)) for name in EMBEDDED}
 
 
 def _tiny(kind: str, tokenizer):
@@ -119,12 +119,12 @@ def _tiny(kind: str, tokenizer):
 
 
 @pytest.fixture(scope="session")
-def tiny(tokenizers) -> dict[str, registry.LoadedModel]:
+def tiny(tokenizers) -> dict[str, models.LoadedModel]:
     """Tiny random models (2-3 layers, hidden 64) with the real tokenizers and templates."""
     out = {}
     for name, tok in tokenizers.items():
         template = "plain" if name == "gemma3" else "auto"
-        out[name] = registry.wrap(f"tiny-{name}", _tiny(name, tok), tok, template=template)
+        out[name] = models.wrap(f"tiny-{name}", _tiny(name, tok), tok, template=template)
     return out
 
 

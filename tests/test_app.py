@@ -82,7 +82,7 @@ def test_specem_shows_each_draft_before_its_round_commits(app_url):
 
 def test_results_view_opens_an_evaluation_summary(tmp_path):
     import app
-    from ensemble.evaluate import SUMMARY_FIELDS
+    from ensemble.evaluation import SUMMARY_FIELDS
 
     rows = [
         ["single:qwen", 60, 21, 0.35, 0.24, 0.48, 0.0, 9.1, 24.0, 0.0, 180.0, 0.02, 0.5, 0.0, 0.0],

@@ -34,7 +34,7 @@ def test_reasoning_section_uses_evaluates_questions_and_counts_replacements(tiny
     import json
 
     from ensemble.bench import reasoning_prompts
-    from ensemble.evaluate import INSTRUCTION
+    from ensemble.evaluation import INSTRUCTION
 
     data = tmp_path / "q.jsonl"
     data.write_text("".join(json.dumps({"question": f"What is {i} + {i}?", "answer": f"#### {2 * i}"}) + "\n" for i in range(9)))

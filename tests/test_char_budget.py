@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ensemble import registry
+from ensemble import models
 from ensemble.methods import generate
 from ensemble.methods.base import CHAR_EXTRA
 from ensemble.settings import Settings
@@ -50,7 +50,7 @@ def scripted(tiny_model, name: str):
     script = keys.encode(TARGET)
     eos = min(keys.eos_ids)
     model = Scripted(tiny_model.model, script, eos)
-    loaded = registry.wrap(name, model, tiny_model.tokenizer, template=tiny_model.template.kind)
+    loaded = models.wrap(name, model, tiny_model.tokenizer, template=tiny_model.template.kind)
     model.prompt_len = len(loaded.prompt_ids(PROMPT))
     return loaded, script
 

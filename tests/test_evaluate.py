@@ -19,8 +19,9 @@ import pytest
 import visual
 from ensemble import methods as engine
 from ensemble.answers import extract_answer, same_number
+from ensemble.cli.report import write_html_report
 from ensemble.errors import InputError
-from ensemble.evaluate import (
+from ensemble.evaluation import (
     INSTRUCTION,
     SUMMARY_FIELDS,
     EvalConfig,
@@ -472,7 +473,7 @@ def test_a_run_split_by_method_joins_back_into_one_report(tmp_path, monkeypatch)
     joined = b"".join((part / "rows.jsonl").read_bytes() for part in parts)  # both copies repeat the limit-1 rows
     (out / "rows.jsonl").write_bytes(joined)
 
-    summary = rebuild_report(out)
+    summary = rebuild_report(out, write_html=write_html_report)
     assert [(s["method"], s["n"], s["correct"]) for s in summary] == [("single:a", 3, 3), ("single:b", 3, 3), ("unite", 3, 0)]
     meta = json.loads((out / "meta.json").read_text())
     assert meta["complete"] is True and meta["summarized_questions"] == 3
@@ -514,7 +515,7 @@ def test_end_to_end_on_tiny_models(tmp_path, tiny):
     models = [tiny["qwen"], tiny["gemma3"]]
     config = EvalConfig(data=data, methods=parse_methods("single:tiny-smollm2,unite,safe-unite,specem"),
                         models=[m.name for m in models], settings=Settings(max_new_tokens=8), out=tmp_path / "out", limit=3)
-    summary = run_evaluation(config, [*models, tiny["smollm2"]], progress=False)
+    summary = run_evaluation(config, [*models, tiny["smollm2"]], progress=False, write_html=write_html_report)
     out = tmp_path / "out"
     for name in ("rows.jsonl", "rows.csv", "summary.csv", "summary.md", "meta.json"):
         assert (out / name).stat().st_size > 0, name

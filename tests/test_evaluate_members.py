@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ensemble.evaluate import EvalConfig, EvaluationError, parse_methods, summarize
+from ensemble.evaluation import EvalConfig, EvaluationError, parse_methods, summarize
 from ensemble.settings import Settings
 
 ITEM4 = ("single:qwen,safe-unite,safe-unite@qwen=2+smollm2+gemma3,safe-unite@qwen+gemma3,safe-unite@qwen=2+gemma3,"

@@ -134,18 +134,18 @@ def test_operator_opt_ins_widen_the_offer(monkeypatch, tmp_path):
 
 
 def test_the_pool_evicts_the_least_recently_used_model_beyond_its_budget(tiny, monkeypatch):
-    from ensemble import registry
+    from ensemble.models import pool as pool_module
 
-    sizes = {n: registry.model_bytes(tiny[n]) for n in ("qwen", "smollm2", "gemma3")}
+    sizes = {n: pool_module.model_bytes(tiny[n]) for n in ("qwen", "smollm2", "gemma3")}
     loads = []
 
     def fake_load(name, device, dtype, progress=None):
         loads.append(name)
         return tiny[name]
 
-    monkeypatch.setattr(registry, "load", fake_load)
+    monkeypatch.setattr(pool_module, "load", fake_load)
     budget = max(sizes["qwen"] + sizes["smollm2"], sizes["smollm2"] + sizes["gemma3"], sizes["qwen"] + sizes["gemma3"])
-    pool = registry.ModelPool(max_gb=budget / 1e9)
+    pool = pool_module.ModelPool(max_gb=budget / 1e9)
     pool.get("qwen"), pool.get("smollm2"), pool.get("gemma3")
     assert pool.loaded() == ["smollm2", "gemma3"]  # qwen, the least recently used, went
     pool.get("smollm2")  # now gemma3 is the least recently used
@@ -158,9 +158,9 @@ def test_the_pool_evicts_the_least_recently_used_model_beyond_its_budget(tiny, m
 
 
 def test_one_folder_named_two_ways_is_one_pool_entry(tiny, monkeypatch, tmp_path):
-    from ensemble import registry
+    from ensemble.models import pool as pool_module
 
-    monkeypatch.setattr(registry, "load", lambda name, device, dtype, progress=None: tiny["smollm2"])
-    pool = registry.ModelPool()
+    monkeypatch.setattr(pool_module, "load", lambda name, device, dtype, progress=None: tiny["smollm2"])
+    pool = pool_module.ModelPool()
     assert pool.get(str(tmp_path)) is pool.get(str(tmp_path) + "/.") is pool.get(str(tmp_path) + "/")
     assert len(pool.loaded()) == 1

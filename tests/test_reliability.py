@@ -18,9 +18,11 @@ import pytest
 import torch
 from gradio_client import Client
 
-from ensemble import registry
+from ensemble import models
 from ensemble.errors import Cancelled, ModelLoadError
+from ensemble.files import file_sha256
 from ensemble.methods import EnsembleRun, TokenEvent, generate
+from ensemble.models import cache, integrity
 from ensemble.settings import Settings
 from ensemble.trace import RunTrace
 
@@ -286,7 +288,7 @@ def test_a_model_failing_mid_generation_gives_a_message_and_the_next_run_works(c
     import app
 
     healthy = embedded["smollm2"]
-    broken = registry.wrap("gemma3", Exploding(embedded["gemma3"].model, after=3), embedded["gemma3"].tokenizer, template="plain")
+    broken = models.wrap("gemma3", Exploding(embedded["gemma3"].model, after=3), embedded["gemma3"].tokenizer, template="plain")
     monkeypatch.setattr(app, "load_models", lambda names, progress=None: [healthy, broken])
     with pytest.raises(Exception, match="simulated device failure"):
         _api(client, "Write two sentences about Plovdiv.", max_new_tokens=40)
@@ -297,7 +299,7 @@ def test_a_model_failing_mid_generation_gives_a_message_and_the_next_run_works(c
 
 def _quiet_gap(size: int, length: int) -> int:
     """An offset where ``length`` bytes touch none of the sampled digest's blocks."""
-    block, count = registry._BLOCK, registry._SAMPLE_BLOCKS
+    block, count = integrity._BLOCK, integrity._SAMPLE_BLOCKS
     first_end = (size - block) // (count - 1) + block  # end of the second sampled block
     second = (size - block) * 2 // (count - 1)  # start of the third
     assert second - first_end > length
@@ -345,12 +347,12 @@ CACHE_FAULTS = {
 @pytest.fixture
 def cache_copy(tmp_path, monkeypatch):
     """A private copy of SmolLM2's prepared cache (the shared one stays untouched)."""
-    source = registry.prepare("smollm2", registry.quiet_progress)
+    source = models.prepare("smollm2", models.quiet_progress)
     monkeypatch.setenv("ENSEMBLE_LENS_CACHE", str(tmp_path))
-    copy = registry._model_cache(registry.EMBEDDED["smollm2"])
+    copy = cache.model_cache(models.EMBEDDED["smollm2"])
     shutil.copytree(source, copy)
-    assert registry._verify_manifest(copy, full="changed") is None  # a copy is checked in full once
-    assert registry._changed_files(copy, json.loads((copy / "manifest.json").read_text())["files"]) == []
+    assert integrity.verify_manifest(copy, full="changed") is None  # a copy is checked in full once
+    assert integrity.changed_files(copy, json.loads((copy / "manifest.json").read_text())["files"]) == []
     return source, copy
 
 
@@ -359,7 +361,7 @@ def test_cache_fault_matrix_every_fault_is_detected_before_a_load(cache_copy, fa
     _, copy = cache_copy
     damage, problem = CACHE_FAULTS[fault]
     damage(copy)
-    assert registry._verify_manifest(copy, full="changed") == problem
+    assert integrity.verify_manifest(copy, full="changed") == problem
 
 
 def test_an_unchanged_cache_is_not_read_in_full_again(cache_copy, monkeypatch):
@@ -368,8 +370,8 @@ def test_an_unchanged_cache_is_not_read_in_full_again(cache_copy, monkeypatch):
     def no_full_read(path):
         raise AssertionError(f"{path} was read in full although it did not change")
 
-    monkeypatch.setattr(registry, "file_crc32", no_full_read)
-    assert registry.prepare("smollm2", registry.quiet_progress) == copy
+    monkeypatch.setattr(integrity, "file_crc32", no_full_read)
+    assert models.prepare("smollm2", models.quiet_progress) == copy
 
 
 def test_a_damaged_cache_is_rebuilt_byte_identical_before_the_run(cache_copy, embedded):
@@ -378,23 +380,23 @@ def test_a_damaged_cache_is_rebuilt_byte_identical_before_the_run(cache_copy, em
     source, copy = cache_copy
     CACHE_FAULTS["1 MB of 0xFF between sampled blocks"][0](copy)
     messages = []
-    pool = registry.ModelPool(dtype="float32")
+    pool = models.ModelPool(dtype="float32")
     rebuilt = pool.get("smollm2", lambda message, fraction: messages.append(message))
     assert any("fails the full checksum of model.safetensors; rebuilding" in m for m in messages)
     for path in source.iterdir():
-        if path.is_file() and path.name != registry.VERIFIED:
-            assert registry.full_digest(copy / path.name) == registry.full_digest(path), path.name
+        if path.is_file() and path.name != integrity.VERIFIED:
+            assert file_sha256(copy / path.name) == file_sha256(path), path.name
     answer = generate([rebuilt], "Say hi.", "single", Settings(max_new_tokens=6))
     assert answer.text == generate([embedded["smollm2"]], "Say hi.", "single", Settings(max_new_tokens=6)).text
     assert answer.stats.stop_reason in ("eos", "budget") and "<|endoftext|>" not in answer.text
-    assert registry._changed_files(copy, json.loads((copy / "manifest.json").read_text())["files"]) == []
+    assert integrity.changed_files(copy, json.loads((copy / "manifest.json").read_text())["files"]) == []
 
 
 def test_gguf_with_a_wrong_checksum_is_refused(tmp_path, monkeypatch):
-    spec = registry.EMBEDDED["smollm2"]
-    bad = registry.ModelSpec(**{**spec.__dict__, "embedded": registry.EmbeddedSource(**{**spec.embedded.__dict__, "sha256": "0" * 64})})
+    spec = models.EMBEDDED["smollm2"]
+    bad = models.ModelSpec(**{**spec.__dict__, "embedded": models.EmbeddedSource(**{**spec.embedded.__dict__, "sha256": "0" * 64})})
     with pytest.raises(ModelLoadError, match="sha256"):
-        registry._assemble_gguf(bad, tmp_path / "x.gguf", registry.quiet_progress)
+        cache.assemble_gguf(bad, tmp_path / "x.gguf", models.quiet_progress)
 
 
 # -- 6. memory -----------------------------------------------------------------------------------------------

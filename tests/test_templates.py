@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from ensemble.registry import PLAIN_TEMPLATE, PromptTemplate
+from ensemble.models import PLAIN_TEMPLATE, PromptTemplate
 
 PROMPT = "A farmer has 17 sheep. All but 9 run away. Then he buys 4 more. How many sheep does he have now?"
 OPENINGS = [

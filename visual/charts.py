@@ -12,10 +12,11 @@ import math
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ensemble.trace import CheckedDetails, RunTrace
+from ensemble.trace import CheckedDetails, RunTrace, unique_labels
 
 from . import records as rd
 from .escape import safe
+from .numbers import number_text
 
 CHOSEN = "#009E73"
 DRAFT = "#E69F00"
@@ -35,13 +36,8 @@ def label(text, limit: int = MAX_LABEL, glyphs: bool = True) -> str:
 
 
 def unique(labels: list[str]) -> list[str]:
-    """Plotly merges equal category labels: number repeated ones."""
-    seen: dict[str, int] = {}
-    out = []
-    for item in labels:
-        seen[item] = seen.get(item, 0) + 1
-        out.append(item if seen[item] == 1 else f"{item} ({seen[item]})")
-    return out
+    """Plotly merges equal category labels: number repeated ones ("x", "x (2)")."""
+    return unique_labels(labels, "{label} ({n})")
 
 
 def hover_table(rows: list[tuple[str, str]]) -> str:
@@ -54,8 +50,7 @@ def hover_table(rows: list[tuple[str, str]]) -> str:
 
 
 def prob(value) -> str:
-    p = rd.number(value)
-    return "–" if p is None else f"{p:.4f}"
+    return number_text(value, 4)
 
 
 def style(fig: go.Figure, height: int, title: str | None = None) -> go.Figure:

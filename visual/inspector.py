@@ -19,6 +19,7 @@ from ensemble.trace import (
 
 from . import records as rd
 from .escape import safe, whitespace
+from .numbers import number_text
 from .strip import group_of
 from .style import DECISION_LABELS, DECISION_STYLE, END_MARKER, model_class, swatch
 
@@ -36,10 +37,7 @@ def _m(name) -> str:
 
 
 def _p(value) -> str:
-    p = rd.number(value)
-    if p is None:
-        return "?"
-    return "&lt;0.01" if 0 < p < 0.005 else f"{p:.2f}"
+    return number_text(value, 2, missing="?", tiny=True)
 
 
 def _join(items: list[str]) -> str:

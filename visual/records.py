@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ensemble.keys import EOS_KEY
-from ensemble.trace import DrafterDetails, RunTrace, TokenRecord
+from ensemble.trace import DrafterDetails, RunTrace, TokenRecord, finite
 
 MAX_WINDOW = 160  # characters around a decision; caps what a malformed uploaded trace can make us draw
 
@@ -113,17 +113,6 @@ def is_end(record: TokenRecord, text_len: int) -> bool:
         and record.text in END_TEXTS
         and not (isinstance(record.details, DrafterDetails) and record.details.control_token)
     )
-
-
-def finite(value):
-    """JSON-safe copy: NaN and infinities become None."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite(v) for v in value]
-    return value
 
 
 def record_dict(record: TokenRecord) -> dict:

@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 from . import records as rd
 from .charts import hover_table, label, style, unique
 from .escape import safe
+from .numbers import number_text
 from .style import CSS, model_colour
 
 COLUMNS = [
@@ -32,8 +33,7 @@ COLUMNS = [
 
 
 def _pct(value) -> str:
-    v = rd.number(value)
-    return "–" if v is None else f"{100 * v:.1f}%"
+    return number_text(value, 1, suffix="%", scale=100)
 
 
 def _cell(row: dict, key: str, digits: int | None) -> str:

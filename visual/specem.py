@@ -10,6 +10,7 @@ from ensemble.trace import RoundRecord, RunTrace
 from . import records as rd
 from .charts import hover_table, label, prob, style, unique
 from .escape import safe, whitespace
+from .numbers import number_text
 from .style import model_class, model_colour, swatch
 
 
@@ -18,8 +19,7 @@ def _is_specem(trace: RunTrace) -> bool:
 
 
 def _num(value, digits: int = 3) -> str:
-    v = rd.number(value)
-    return "–" if v is None else f"{v:.{digits}f}"
+    return number_text(value, digits)
 
 
 def _candidate_row(trace: RunTrace, rnd: RoundRecord, i: int, cand: dict) -> str:

@@ -14,6 +14,7 @@ from ensemble.trace import DECISIONS, RunTrace
 from . import records as rd
 from .charts import hover_table, label, style, unique
 from .escape import safe
+from .numbers import number_text
 from .style import DECISION_LABELS, DECISION_STYLE
 
 TOKEN_COLUMNS = ["index", "text", "start", "end", "model", "decision", "condition", "round", "fused_choice", "draft", "sharpened", "blocked_by"]
@@ -53,12 +54,9 @@ def token_frame(trace: RunTrace) -> pd.DataFrame:
 
 
 def _fmt(value, digits: int = 2, suffix: str = "") -> str:
-    v = rd.number(value)
-    if v is None:
-        return "–" if value is None else safe(value)
-    if float(v).is_integer() and digits == 0:
-        return f"{int(v)}{suffix}"
-    return f"{v:.{digits}f}{suffix}"
+    if value is not None and rd.number(value) is None:
+        return safe(value)  # a text such as "n/a" is shown as it is
+    return number_text(value, digits, suffix=suffix)
 
 
 def _kpi(name: str, value: str, title: str = "") -> str:

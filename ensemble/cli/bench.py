@@ -1,0 +1,84 @@
+"""``python -m ensemble bench``: the speed of every method on the embedded models (measured by :mod:`ensemble.bench`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .. import settings
+from ..bench import (
+    DEFAULT_DATA,
+    PROMPTS,
+    SECTIONS,
+    bench_load,
+    bench_methods,
+    bench_retokenize,
+    bench_single,
+    bench_specem,
+    format_report,
+    log,
+    reasoning_prompts,
+)
+from ..errors import SettingsError
+from ..settings import Settings
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--models", default="qwen,smollm2,gemma3")
+    # The engine settings bench varies come from Settings' declarations; bench's own defaults and help override.
+    settings.add_arguments(p, only=("max_new_tokens", "seed", "lookahead"), max_new_tokens={"default": 48},
+                           seed={"help": "which questions (as evaluate chooses them)"})
+    p.add_argument("--prompts", type=int, default=2, help="how many of the built-in prompts to use (1-3)")
+    p.add_argument("--repeat", type=int, default=3, help="best of N interleaved timings (default 3)")
+    p.add_argument("--only", default=",".join(SECTIONS), help=f"comma list of sections: {', '.join(SECTIONS)}")
+    p.add_argument("--data", default=None, help="GSM8K-format JSONL for the reasoning section "
+                   f"(default: $ENSEMBLE_LENS_GSM8K or {DEFAULT_DATA})")
+    p.add_argument("--limit", type=int, default=2, help="how many of its questions (chosen by --seed; default 2)")
+    p.add_argument("--reasoning-tokens", type=int, default=128, help="answer length of the reasoning section")
+    p.add_argument("--specem-long", type=int, default=400, help="long SpecEM run for the linear-cost check")
+    p.add_argument("--dtype", default="auto", help="auto (bfloat16 on CPUs with native bf16, else float32) | float32 | bfloat16")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args) -> int:
+    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    Settings(max_new_tokens=args.max_new_tokens, lookahead=args.lookahead).validate("safe", names)
+    sections = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = [s for s in sections if s not in SECTIONS]
+    if unknown:
+        raise SettingsError(f"Unknown bench section(s) {unknown}; choose from {', '.join(SECTIONS)}.")
+    prompts = PROMPTS[: max(1, min(args.prompts, len(PROMPTS)))]
+    data, reasoning = reasoning_prompts(args.data, args.limit, args.seed) if "reasoning" in sections else (None, [])
+    import torch
+
+    report: dict = {
+        "machine": {"threads": torch.get_num_threads(), "torch": torch.__version__},
+        "settings": {"models": names, "max_new_tokens": args.max_new_tokens, "prompts": len(prompts), "repeat": args.repeat},
+    }
+    report["machine"]["dtype"] = None
+    loaded = bench_load(names, args.device, args.dtype)
+    models = loaded["models"]
+    report["machine"]["dtype"] = next(iter(models.values())).info["dtype"]
+    if "load" in sections:
+        report["load"] = loaded["report"]
+        log(f"warm load: {loaded['report']}")
+    if "single" in sections:
+        report["single"] = bench_single(models, prompts, args.max_new_tokens, args.repeat)
+    if "retokenize" in sections:
+        report["retokenize"] = bench_retokenize(models)
+    ordered = [models[n] for n in names]
+    if "methods" in sections and len(ordered) > 1:
+        report["methods"] = bench_methods(ordered, prompts, args.max_new_tokens, args.lookahead, args.repeat)
+    if "reasoning" in sections and len(ordered) > 1:
+        report["reasoning"] = bench_methods(ordered, reasoning, args.reasoning_tokens, args.lookahead, args.repeat, specem=True)
+        report["reasoning"]["data"] = {"path": data, "questions": len(reasoning), "seed": args.seed,
+                                       "max_new_tokens": args.reasoning_tokens}
+    if "specem" in sections and len(ordered) > 1:
+        report["specem"] = bench_specem(ordered, prompts, args.max_new_tokens, args.specem_long, args.repeat)
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print(format_report(report))
+    return 0

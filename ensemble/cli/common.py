@@ -1,0 +1,20 @@
+"""Small argument helpers shared by the commands."""
+
+from __future__ import annotations
+
+from ..errors import SettingsError
+
+
+def models_arg(value: str) -> list[str]:
+    names = [n.strip() for n in (value or "").split(",") if n.strip()]
+    if not names:
+        raise SettingsError("--models needs at least one model name, e.g. --models qwen,smollm2,gemma3")
+    return names
+
+
+def read_text(path: str, errors: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors=errors) as fh:
+            return fh.read()
+    except OSError as exc:
+        raise SettingsError(f"Cannot read {path}: {exc.strerror or exc}.") from exc

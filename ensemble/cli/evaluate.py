@@ -1,0 +1,94 @@
+"""``python -m ensemble evaluate``: run an evaluation (see :mod:`ensemble.evaluation`) from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shlex
+import signal
+import sys
+from pathlib import Path
+
+from ..errors import EvaluationError, UnknownModelError
+from ..evaluation import SPEC_HELP, EvalConfig, check_compatible, load_questions, parse_methods, run_evaluation, select_questions
+from ..files import file_sha256
+from ..models import DEFAULT_MODELS, ModelPool, resolve
+from ..outputs import check_output_folder
+from .common import models_arg
+from .options import add_engine_options, settings_from_args
+from .report import print_summary, write_html_report
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, not {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {number}")
+    return number
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", required=True, help="GSM8K-format JSONL (question, answer ending in '#### n')")
+    p.add_argument("--limit", type=_positive_int, default=None, help="evaluate N questions chosen by --seed (default: all)")
+    p.add_argument("--methods", required=True, help=f"comma list of: {SPEC_HELP} (ensemble methods use all of --models)")
+    p.add_argument("--models", default=",".join(DEFAULT_MODELS), help="the ensemble's models (default: %(default)s)")
+    p.add_argument("--out", required=True, help="output folder; rerunning the same command resumes it")
+    p.add_argument("--device", default="cpu", help="cpu | cuda:N | auto")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_engine_options(p)
+    p.set_defaults(func=cmd_evaluate)
+
+
+def _command_line() -> str:
+    argv = sys.argv
+    if argv and Path(argv[0]).name == "__main__.py" and Path(argv[0]).parent.name == "ensemble":
+        return shlex.join(["python", "-m", "ensemble", *argv[1:]])
+    return shlex.join(argv)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """SIGTERM (``kill PID``) stops an evaluation like Ctrl-C: its rows are kept and the partial summary is
+    written. A run started in the background by a shell cannot be stopped with SIGINT, which such a shell
+    makes it ignore."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def cmd_evaluate(args) -> int:
+    specs = parse_methods(args.methods)
+    settings = settings_from_args(args)
+    arguments = {k: v for k, v in vars(args).items() if k != "func"}
+    config = EvalConfig(
+        data=args.data, methods=specs, models=models_arg(args.models), settings=settings, out=args.out,
+        limit=args.limit, device=args.device, dtype=args.dtype, command=_command_line(), arguments=arguments,
+    ).validate()
+    check_output_folder(config.out)
+    for name in config.model_names():
+        try:
+            resolve(name)
+        except UnknownModelError as exc:
+            where = f"single:{name}" if name not in config.models else "--models"
+            raise EvaluationError(f"{where}: {exc}") from exc
+    questions = load_questions(config.data)
+    check_compatible(config.out, config.fingerprint(file_sha256(config.data)))
+    pool = ModelPool(device=args.device, dtype=args.dtype)
+    loaded = {name: pool.get(name) for name in config.model_names()}
+    selected = len(select_questions(questions, config.limit, settings.seed))
+    print(f"evaluating {len(specs)} method(s) on {selected} question(s) into {config.out}", file=sys.stderr)
+    with _terminate_as_interrupt():
+        run_evaluation(config, loaded, progress=not args.no_progress, write_html=write_html_report)
+    return print_summary(config.out)

@@ -1,0 +1,100 @@
+"""``python -m ensemble generate``: run a method on a prompt, streaming its tokens coloured by decision."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+
+from ..errors import SettingsError
+from ..models import resolve
+from ..outputs import check_output_file
+from .common import models_arg, read_text
+from .options import add_engine_options, settings_from_args
+
+ANSI = {
+    "consensus": "\x1b[32m",
+    "oov_blocked": "\x1b[33m",
+    "ensembled_kept": "\x1b[36m",
+    "ensembled_replaced": "\x1b[35m",
+    "fused": "\x1b[34m",
+    "gated": "\x1b[90m",
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--method", default="single", help="single | unite | gac | safe | specem")
+    p.add_argument("--models", default="qwen")
+    p.add_argument("--prompt", default=None)
+    p.add_argument("--prompt-file", default=None)
+    p.add_argument("--json", action="store_true", help="print the trace as JSON")
+    p.add_argument("--out", default=None, help="also save the trace JSON to this file")
+    p.add_argument("--verbose", action="store_true")
+    p.add_argument("--device", default="cpu", help="cpu | cuda:N | auto")
+    p.add_argument("--dtype", default="auto")
+    add_engine_options(p)
+    p.set_defaults(func=cmd_generate)
+
+
+def cmd_generate(args) -> int:
+    from ..methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
+    from ..methods.base import clean_prompt
+    from ..models import ModelPool
+
+    if args.prompt is not None and args.prompt_file is not None:
+        raise SettingsError("Give the prompt once: --prompt TEXT or --prompt-file PATH, not both.")
+    prompt = read_text(args.prompt_file, "surrogateescape") if args.prompt_file else args.prompt
+    if prompt is None:
+        raise SettingsError("Give a prompt with --prompt TEXT or --prompt-file PATH.")
+    settings = settings_from_args(args)
+    names = models_arg(args.models)
+    # Validate before loading anything: bad input or an unwritable --out fails in milliseconds, not after a run.
+    clean_prompt(prompt)
+    settings.validate(args.method, names)
+    for name in names:
+        resolve(name)
+    if args.out:
+        check_output_file(args.out)
+    pool = ModelPool(device=args.device, dtype=args.dtype)
+    models = pool.get_many(names)
+    job = EnsembleRun(models, prompt, args.method, settings)
+    color = sys.stdout.isatty() and not args.json and os.environ.get("NO_COLOR") is None
+    stop = threading.Event()
+    job.run.cancel = stop
+    printed = 0
+    try:
+        for event in job.events():
+            if args.json or not isinstance(event, TokenEvent):
+                if isinstance(event, RoundEvent) and args.verbose and not args.json:
+                    print(f"\n[round {event.record.index}: {event.record.winner} wins]", file=sys.stderr)
+                elif isinstance(event, StatusEvent) and args.verbose and not args.json:
+                    print(f"\n[{event.message}]", file=sys.stderr)
+                continue
+            rec = event.record
+            if rec.end <= printed:
+                continue  # another byte token of a character already shown
+            piece, printed = job.run.text[printed : rec.end], rec.end
+            if color and rec.decision in ANSI:
+                piece = ANSI[rec.decision] + piece + "\x1b[0m"
+            print(piece, end="", flush=True)
+    except KeyboardInterrupt:
+        stop.set()
+    trace = job.trace
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            fh.write(trace.to_json(indent=1))
+    if args.json:
+        print(trace.to_json())
+        return 0
+    s = trace.stats
+    print()
+    for w in trace.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    print(
+        f"-- {trace.method} on {', '.join(trace.models)}: {s.generated_tokens} tokens, E/T {s.et_ratio:.3f}, "
+        f"{s.latency_s:.2f} s, {s.tokens_per_s:.2f} tok/s, stop: {s.stop_reason}",
+        file=sys.stderr,
+    )
+    print(f"   decisions: {s.decisions}  forward passes: {s.forward_passes}", file=sys.stderr)
+    return 0

@@ -1,0 +1,52 @@
+"""The ``python -m ensemble`` parser: one subcommand per module of this package, and the exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+
+from ..errors import EnsembleError
+from . import bench, evaluate, generate, models, prepare, report, tokenize
+
+COMMANDS = {
+    "models": (models, "known models, where each comes from, whether it is cached"),
+    "prepare": (prepare, "assemble and de-quantize the embedded models (once)"),
+    "tokenize": (tokenize, "compare tokenizations of a text"),
+    "generate": (generate, "run a method on a prompt"),
+    "bench": (bench, "speed of every method on the embedded models"),
+    "evaluate": (evaluate, "GSM8K-style evaluation of methods"),
+    "report": (report, "rebuild an evaluation folder's summary and report.html from its rows"),
+}
+"""Each subcommand's module (which adds its arguments and runs it) and its one-line help."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m ensemble", description="Ensemble Lens: run and inspect LLM ensembles.")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, (module, help_text) in COMMANDS.items():
+        module.add_arguments(sub.add_parser(name, help=help_text))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except EnsembleError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except OSError as exc:  # the file system refused something after the checks (disk full, a folder removed)
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - the CLI never shows a bare traceback unless asked
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: unexpected {type(exc).__name__}: {exc} (run with --debug for details)", file=sys.stderr)
+        return 1

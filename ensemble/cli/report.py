@@ -1,0 +1,40 @@
+"""``python -m ensemble report``: rebuild an evaluation folder's summary, and the ``report.html`` that the
+command line draws with ``visual`` for ``evaluate`` and ``report`` alike (the engine never imports it)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from ..evaluation import rebuild_report, report_meta
+
+
+def write_html_report(out: str | os.PathLike, summary: list[dict], meta: dict) -> bool:
+    """``report.html`` through the visual layer; False (with a warning) when that layer is not installed."""
+    try:
+        from visual import write_report
+    except ImportError as exc:
+        print(f"warning: report.html not written: the visual package is not available ({exc}).", file=sys.stderr)
+        return False
+    title = f"Ensemble Lens evaluation: {Path(meta.get('data', {}).get('path', 'data')).name}, {meta.get('selected', '?')} questions"
+    write_report([dict(r) for r in summary], Path(out) / "report.html", title, report_meta(meta))
+    return True
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("out", help="an evaluation folder (holding meta.json and rows.jsonl)")
+    p.set_defaults(func=cmd_report)
+
+
+def print_summary(out: str | os.PathLike) -> int:
+    """Print the summary.md that the evaluation has just written (it has the segment table, which needs the
+    rows, so the summary rows alone cannot rebuild it)."""
+    print((Path(out) / "summary.md").read_text(encoding="utf-8"), end="")
+    return 0
+
+
+def cmd_report(args) -> int:
+    rebuild_report(args.out, write_html=write_html_report)
+    return print_summary(args.out)

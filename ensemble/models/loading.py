@@ -1,0 +1,225 @@
+"""Loading a model by name: from the embedded cache, the hub or a folder, as a :class:`LoadedModel`.
+
+``trust_remote_code`` is never enabled.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from ..errors import ModelLoadError
+from ..keys import KeyTable
+from .cache import prepare
+from .catalogue import ModelSpec, Progress, hub_fallback_enabled, hub_reachable, missing_packages, resolve, stderr_progress
+from .device import resolve_device, resolve_dtype
+from .templates import PLAIN_STOPS, PromptTemplate
+
+
+@dataclass
+class LoadedModel:
+    """A model loaded once per process and shared by every run (runs keep their own state in adapters)."""
+
+    name: str
+    spec: ModelSpec
+    model: object
+    tokenizer: object
+    keys: KeyTable
+    template: PromptTemplate
+    device: str
+    load_seconds: float
+    source: str  # a Source (a str enum), or what a caller of wrap() named it
+    context_limit: int
+    info: dict = field(default_factory=dict)
+    _prompt_cache: dict = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def prompt_ids(self, prompt: str) -> list[int]:
+        """Token ids of the templated prompt (cached: the same prompt is common in benchmarks)."""
+        with self._lock:
+            cached = self._prompt_cache.get(prompt)
+        if cached is not None:
+            return list(cached)
+        text, add_special = self.template.render(self.tokenizer, prompt)
+        ids = self.keys.backend.encode(text, add_special_tokens=add_special).ids
+        with self._lock:
+            if len(self._prompt_cache) > 64:
+                self._prompt_cache.clear()
+            self._prompt_cache[prompt] = tuple(ids)
+        return list(ids)
+
+
+def load_saved_tokenizer(folder: Path):
+    """Load a tokenizer we saved ourselves straight from its ``tokenizer.json`` (Rust parser).
+
+    ``AutoTokenizer`` parses the 33 MB Gemma file in Python (about 3 s); this takes about 1 s and gives the
+    same ids and chat template (tested against ``AutoTokenizer``).
+    """
+    from transformers import PreTrainedTokenizerFast
+
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    special = {k: config[k] for k in ("bos_token", "eos_token", "pad_token", "unk_token", "mask_token") if config.get(k)}
+    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"), **special)
+    template = folder / "chat_template.jinja"
+    if template.exists():
+        tokenizer.chat_template = template.read_text()
+    return tokenizer
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    ids: set[int] = set()
+    gen = getattr(model, "generation_config", None)
+    eos = getattr(gen, "eos_token_id", None) if gen is not None else None
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif isinstance(eos, list | tuple):
+        ids.update(int(e) for e in eos)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return ids
+
+
+class Source(StrEnum):
+    """Where a loaded model's weights came from; the value is what the trace and the app show."""
+
+    EMBEDDED_CACHED = "embedded (cached)"
+    HUB_FALLBACK = "hub (package fallback)"
+    HUB = "hub"
+    LOCAL = "local"
+    IN_MEMORY = "in-memory"
+
+    @property
+    def from_hub(self) -> bool:
+        return self in (Source.HUB, Source.HUB_FALLBACK)
+
+
+def _where_from(spec: ModelSpec, progress: Progress) -> tuple[str, Source, str | None]:
+    """The folder or hub id to load from, its source, and the GGUF file of a folder that holds only a GGUF."""
+    if spec.kind == "embedded":
+        if missing_packages(spec) and hub_fallback_enabled():
+            return spec.location, Source.HUB_FALLBACK, None
+        return str(prepare(spec.name, progress)), Source.EMBEDDED_CACHED, None
+    if spec.kind == "local":
+        ggufs = sorted(Path(spec.location).glob("*.gguf"))
+        gguf_only = ggufs and not (Path(spec.location) / "config.json").exists()
+        return spec.location, Source.LOCAL, ggufs[0].name if gguf_only else None
+    return spec.location, Source.HUB, None
+
+
+def _read(spec: ModelSpec, location: str, source: Source, kwargs: dict, model_kwargs: dict, progress: Progress):
+    """Tokenizer and model from ``location``; a cached copy that loads badly is rebuilt once."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        if source is Source.EMBEDDED_CACHED:
+            tokenizer = load_saved_tokenizer(Path(location))
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(location, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(location, **model_kwargs, **kwargs)
+    except OSError as exc:
+        if source is Source.EMBEDDED_CACHED:
+            progress(f"{spec.name}: cached copy failed to load ({exc}); rebuilding", None)
+            location = str(prepare(spec.name, progress, force=True))
+            tokenizer = AutoTokenizer.from_pretrained(location, **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(location, **model_kwargs, **kwargs)
+        elif source.from_hub:
+            raise ModelLoadError(
+                f"Could not load {spec.location!r} from the Hugging Face Hub: it is not in the local hub cache and "
+                f"the hub could not be reached (offline?). Details: {str(exc).splitlines()[0][:300]}"
+            ) from exc
+        else:
+            raise ModelLoadError(f"Could not load the model folder {location!r}: {str(exc)[:300]}") from exc
+    except Exception as exc:
+        raise ModelLoadError(f"Could not load {spec.name!r}: {type(exc).__name__}: {str(exc)[:300]}") from exc
+    return tokenizer, model
+
+
+def load(name: str, device: str = "cpu", dtype: str = "auto", progress: Progress | None = None) -> LoadedModel:
+    """Load a model by name (embedded key, hub id, preset or local folder)."""
+    progress = progress or stderr_progress
+    spec = resolve(name)
+    started = time.perf_counter()
+    device_name, device_kwargs = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, device_name)
+    location, source, gguf_file = _where_from(spec, progress)
+    kwargs = {"trust_remote_code": False}
+    if gguf_file:
+        kwargs["gguf_file"] = gguf_file
+    if source.from_hub and not hub_reachable():
+        kwargs["local_files_only"] = True  # offline: use the local hub cache or fail at once
+    progress(f"{spec.name}: loading from {source}", None)
+    tokenizer, model = _read(spec, location, source, kwargs, {"dtype": torch_dtype, **device_kwargs}, progress)
+    if not getattr(tokenizer, "backend_tokenizer", None):
+        raise ModelLoadError(f"Model {spec.name!r} has no fast tokenizer; Ensemble Lens needs one to align tokens.")
+    if device_name == "cpu":
+        model.to("cpu")
+    loaded = wrap(spec.name, model, tokenizer, template=spec.template, source=source)
+    loaded.spec = spec
+    loaded.load_seconds = time.perf_counter() - started
+    progress(f"{spec.name}: ready in {loaded.load_seconds:.1f} s", 1.0)
+    return loaded
+
+
+def wrap(name: str, model, tokenizer, template: str = "auto", source: str = Source.IN_MEMORY) -> LoadedModel:
+    """Use an already built model (e.g. a tiny model from a config in tests) as an ensemble member."""
+    model.eval()
+    vocab = model.get_output_embeddings().weight.shape[0]
+    keys = KeyTable(tokenizer, vocab, _eos_ids(model, tokenizer))
+    has_chat = bool(getattr(tokenizer, "chat_template", None))
+    kind = "chat" if template != "plain" and has_chat else "plain"
+    dtype = next(model.parameters()).dtype
+    return LoadedModel(
+        name=name,
+        spec=ModelSpec(name=name, kind="local", location=source, description=f"{type(model).__name__} ({source})"),
+        model=model,
+        tokenizer=tokenizer,
+        keys=keys,
+        template=PromptTemplate(kind, PLAIN_STOPS if kind == "plain" else ()),
+        device=str(next(model.parameters()).device),
+        load_seconds=0.0,
+        source=source,
+        context_limit=int(getattr(model.config.get_text_config(), "max_position_embeddings", 0) or 4096),
+        info={
+            "architecture": type(model).__name__,
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "vocab": vocab,
+            "tokenizer": keys.scheme,
+            "template": kind,
+            "dtype": str(dtype).replace("torch.", ""),
+        },
+    )
+
+
+def load_tokenizer(name: str, progress: Progress | None = None):
+    """Only the tokenizer and key table of a model (fast: no weights are read)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    spec = resolve(name)
+    location = spec.location
+    if spec.kind == "embedded" and not (missing_packages(spec) and hub_fallback_enabled()):
+        location = str(prepare(spec.name, progress))
+    offline = spec.kind == "hub" and not hub_reachable()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=False, local_files_only=offline)
+        config = AutoConfig.from_pretrained(location, trust_remote_code=False, local_files_only=offline)
+    except Exception as exc:  # any folder may be named (a device, /proc): one message, never a traceback
+        detail = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        raise ModelLoadError(f"Could not load the tokenizer of {spec.name!r}: {detail}") from exc
+    vocab = max(len(tokenizer), int(getattr(config.get_text_config(), "vocab_size", 0) or 0))
+    eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    gen_eos = _generation_eos(location)
+    return spec.name, KeyTable(tokenizer, vocab, eos | gen_eos)
+
+
+def _generation_eos(location: str) -> set[int]:
+    path = Path(location) / "generation_config.json"
+    if not path.exists():
+        return set()
+    eos = json.loads(path.read_text()).get("eos_token_id")
+    if isinstance(eos, int):
+        return {eos}
+    return set(eos or [])
