@@ -378,70 +378,80 @@ def _check(data) -> None:
     _require(data, _TYPES, "trace")
     if not all(isinstance(m, str) for m in data["models"]):
         raise TraceFormatError("trace.models must be a list of model names.")
-    text_len = len(data["text"])
     for i, tok in enumerate(data["tokens"]):
-        where = f"trace.tokens[{i}]"
-        _require(tok, _TOKEN_TYPES, where)
-        if tok["decision"] not in DECISIONS:
-            raise TraceFormatError(f"{where}.decision {tok['decision'][:40]!r} is not one of {', '.join(DECISIONS)}.")
-        if not 0 <= tok["start"] <= tok["end"] <= text_len:
-            raise TraceFormatError(f"{where} has a span outside the text.")
-        if not isinstance(tok.get("details", {}), dict):
-            raise TraceFormatError(f"{where}.details must be an object.")
-        _optional(tok, "condition", str, where)
-        _optional(tok, "round", int, where)
-        if tok.get("topk") is not None:
-            _check_pairs(tok["topk"], f"{where}.topk")
-        fusion = tok.get("fusion")
-        if fusion is not None:
-            _require(fusion, _FUSION_TYPES, f"{where}.fusion")
-            _optional(fusion, "draft", str, f"{where}.fusion")
-            _optional(fusion, "ms", float, f"{where}.fusion")
-            if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in fusion["weights"].values()):
-                raise TraceFormatError(f"{where}.fusion.weights must map model names to numbers.")
-            _check_pairs(fusion["before"], f"{where}.fusion.before")
-            if fusion.get("after") is not None:
-                _check_pairs(fusion["after"], f"{where}.fusion.after")
-            for model, pairs in fusion["per_model"].items():
-                _check_pairs(pairs, f"{where}.fusion.per_model[{model[:40]!r}]")
+        _check_token(tok, f"trace.tokens[{i}]", len(data["text"]))
     for i, rnd in enumerate(data["rounds"]):
-        where = f"trace.rounds[{i}]"
-        _require(rnd, _ROUND_TYPES, where)
-        for cand in rnd["candidates"]:
-            if not isinstance(cand, dict) or not isinstance(cand.get("model"), str) or not isinstance(cand.get("text"), str):
-                raise TraceFormatError(f"{where}.candidates must hold objects with 'model' and 'text'.")
-        for row in rnd["scores"]:
-            if not isinstance(row, list) or not all(isinstance(x, int | float) or x is None for x in row):
-                raise TraceFormatError(f"{where}.scores must be a matrix of numbers.")
-        _optional(rnd, "winner", str, where)
-        _optional(rnd, "winner_index", int, where)
-        _optional(rnd, "accepted_text", str, where)
-        aggregate, verifiers = rnd.get("aggregate", []), rnd.get("verifiers", [])
-        if not isinstance(aggregate, list) or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in aggregate):
-            raise TraceFormatError(f"{where}.aggregate must be a list of numbers.")
-        if not isinstance(verifiers, list) or not all(isinstance(x, str) for x in verifiers):
-            raise TraceFormatError(f"{where}.verifiers must be a list of model names.")
-        if not isinstance(rnd.get("details", {}), dict):
-            raise TraceFormatError(f"{where}.details must be an object.")
-        for name in ("weights_before", "weights_after", "rewards", "timings"):
-            weights = rnd.get(name, {})
-            if not isinstance(weights, dict) or not all(isinstance(v, int | float) for v in weights.values()):
-                raise TraceFormatError(f"{where}.{name} must map model names to numbers.")
-    for key in ("decisions", "forward_passes", "forward_tokens", "forward_s", "wins"):
-        value = data["stats"].get(key, {})
-        if not isinstance(value, dict) or not all(isinstance(v, int | float) for v in value.values()):
-            raise TraceFormatError(f"trace.stats.{key} must map names to numbers.")
-    for key in ("rounds", "draft_tokens", "draft_discarded", "fusion_ms_mean"):
-        _optional(data["stats"], key, float, "trace.stats")
+        _check_round(rnd, f"trace.rounds[{i}]")
+    _check_stats(data["stats"])
     if not all(isinstance(w, str) for w in data["warnings"]):
         raise TraceFormatError("trace.warnings must be a list of messages.")
     _optional(data, "created", str, "trace")
     _check_drafter(data)
-    _optional(data["stats"], "first_token_s", float, "trace.stats")
-    _optional(data["stats"], "stop_reason", str, "trace.stats")
     _optional(data, "error", str, "trace")
-    numeric = ("generated_tokens", "ensemble_steps", "et_ratio", "latency_s", "tokens_per_s")
-    for key in numeric:
-        value = data["stats"].get(key, 0)
+
+
+def _check_token(tok, where: str, text_len: int) -> None:
+    _require(tok, _TOKEN_TYPES, where)
+    if tok["decision"] not in DECISIONS:
+        raise TraceFormatError(f"{where}.decision {tok['decision'][:40]!r} is not one of {', '.join(DECISIONS)}.")
+    if not 0 <= tok["start"] <= tok["end"] <= text_len:
+        raise TraceFormatError(f"{where} has a span outside the text.")
+    if not isinstance(tok.get("details", {}), dict):
+        raise TraceFormatError(f"{where}.details must be an object.")
+    _optional(tok, "condition", str, where)
+    _optional(tok, "round", int, where)
+    if tok.get("topk") is not None:
+        _check_pairs(tok["topk"], f"{where}.topk")
+    if tok.get("fusion") is not None:
+        _check_fusion(tok["fusion"], f"{where}.fusion")
+
+
+def _check_fusion(fusion, where: str) -> None:
+    _require(fusion, _FUSION_TYPES, where)
+    _optional(fusion, "draft", str, where)
+    _optional(fusion, "ms", float, where)
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in fusion["weights"].values()):
+        raise TraceFormatError(f"{where}.weights must map model names to numbers.")
+    _check_pairs(fusion["before"], f"{where}.before")
+    if fusion.get("after") is not None:
+        _check_pairs(fusion["after"], f"{where}.after")
+    for model, pairs in fusion["per_model"].items():
+        _check_pairs(pairs, f"{where}.per_model[{model[:40]!r}]")
+
+
+def _check_round(rnd, where: str) -> None:
+    _require(rnd, _ROUND_TYPES, where)
+    for cand in rnd["candidates"]:
+        if not isinstance(cand, dict) or not isinstance(cand.get("model"), str) or not isinstance(cand.get("text"), str):
+            raise TraceFormatError(f"{where}.candidates must hold objects with 'model' and 'text'.")
+    for row in rnd["scores"]:
+        if not isinstance(row, list) or not all(isinstance(x, int | float) or x is None for x in row):
+            raise TraceFormatError(f"{where}.scores must be a matrix of numbers.")
+    _optional(rnd, "winner", str, where)
+    _optional(rnd, "winner_index", int, where)
+    _optional(rnd, "accepted_text", str, where)
+    aggregate, verifiers = rnd.get("aggregate", []), rnd.get("verifiers", [])
+    if not isinstance(aggregate, list) or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in aggregate):
+        raise TraceFormatError(f"{where}.aggregate must be a list of numbers.")
+    if not isinstance(verifiers, list) or not all(isinstance(x, str) for x in verifiers):
+        raise TraceFormatError(f"{where}.verifiers must be a list of model names.")
+    if not isinstance(rnd.get("details", {}), dict):
+        raise TraceFormatError(f"{where}.details must be an object.")
+    for name in ("weights_before", "weights_after", "rewards", "timings"):
+        weights = rnd.get(name, {})
+        if not isinstance(weights, dict) or not all(isinstance(v, int | float) for v in weights.values()):
+            raise TraceFormatError(f"{where}.{name} must map model names to numbers.")
+
+
+def _check_stats(stats: dict) -> None:
+    for key in ("decisions", "forward_passes", "forward_tokens", "forward_s", "wins"):
+        value = stats.get(key, {})
+        if not isinstance(value, dict) or not all(isinstance(v, int | float) for v in value.values()):
+            raise TraceFormatError(f"trace.stats.{key} must map names to numbers.")
+    for key in ("rounds", "draft_tokens", "draft_discarded", "fusion_ms_mean", "first_token_s"):
+        _optional(stats, key, float, "trace.stats")
+    _optional(stats, "stop_reason", str, "trace.stats")
+    for key in ("generated_tokens", "ensemble_steps", "et_ratio", "latency_s", "tokens_per_s"):
+        value = stats.get(key, 0)
         if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)):
             raise TraceFormatError(f"trace.stats.{key} must be a number.")

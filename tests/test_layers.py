@@ -68,3 +68,16 @@ def test_engine_modules_import_no_cycle():
     for name in sorted(graph):
         if name not in state:
             visit(name, [name])
+
+
+def test_response_tokens_load_without_torch():
+    """The text side of a member (tokens, spans, re-sync) is torch-free, so a coordinator that only decides
+    (a member backend in another process or runtime) needs no model library."""
+    code = (
+        "import sys\n"
+        "import ensemble.response, ensemble.keys\n"
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout

@@ -217,6 +217,7 @@ def _separate_scores(adapter, context, blocks):
 
 def _inline_check(loaded, text, candidates):
     from ensemble.adapter import ModelAdapter
+    from ensemble.methods.inline import score_inline
 
     adapter = ModelAdapter(loaded)
     adapter.start(PROMPT)
@@ -224,7 +225,7 @@ def _inline_check(loaded, text, candidates):
     tokenized = [adapter.continuation_ids(c) for c in candidates]
     context = min(k for k, _ in tokenized)
     blocks = [adapter.ids[context:k] + ids for k, ids in tokenized]
-    inline = adapter.score_inline(context, blocks)
+    inline = score_inline(adapter, context, blocks)
     separate = _separate_scores(adapter, context, blocks)
     for (lp, _), ref in zip(inline, separate, strict=True):
         torch.testing.assert_close(torch.tensor(lp), torch.tensor(ref), atol=1e-4, rtol=0)

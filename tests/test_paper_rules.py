@@ -135,11 +135,10 @@ def test_drafter_is_retokenized_after_a_replacement(tiny):
         replaced += 1
         start = job.trace.tokens[-1].start  # the fused key that replaced the draft (in the drafter's text)
         assert job.trace.tokens[-1].decision == "ensembled_replaced"
-        k = max(i for i in range(len(drafter.ids) + 1) if i == 0 or (drafter.clean[i - 1] and drafter.ends[i - 1] <= start))
-        k = max(0, k - 4)
-        while k > 0 and not drafter.clean[k - 1]:
-            k -= 1
-        offset = drafter.ends[k - 1] if k else 0
+        edges = [0] + [i + 1 for i, end in drafter.edges_from(0) if end <= start]
+        k = max(edges)
+        k = max(e for e in edges if e <= max(0, k - 4))
+        offset = drafter.token_end(k - 1) if k else 0
         assert drafter.ids[k:] == drafter.keys.encode(drafter.text[offset:]), event.record.index
     assert replaced >= 3
 

@@ -59,9 +59,7 @@ def _mark_rules(cls: str, colour: str, underline: str) -> str:
     )
 
 
-def _build_css() -> str:
-    rules = [
-        """/* Ensemble Lens: pass to launch(css=...). */
+_BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
 :root {
   --el-line: rgba(128, 128, 128, 0.45);
   --el-faint: rgba(128, 128, 128, 0.12);
@@ -138,7 +136,11 @@ def _build_css() -> str:
 .el-compare-card { border: 1px solid var(--el-line); border-radius: 6px; padding: 6px 10px; min-width: 0; }
 .el-compare-card h4 { margin: 2px 0 4px; }
 """
-    ]
+"""Layout of every view; the decision and model colour rules are generated after it."""
+
+
+def _build_css() -> str:
+    rules = [_BASE_CSS]
     for decision, (colour, underline, _, _) in DECISION_STYLE.items():
         if decision != "segment":
             rules.append(_mark_rules(decision, colour, underline))

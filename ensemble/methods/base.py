@@ -239,10 +239,11 @@ class Run:
         """
         for i in range(first, len(adapter.ids) if upto is None else upto):
             key = adapter.keys.key(adapter.ids[i])
-            if not adapter.clean[i]:
+            end = adapter.token_end(i)
+            if end is None:
                 self._partial.append((key, adapter.name, decision, kwargs))
                 continue
-            start, end = len(self.text), adapter.ends[i]
+            start = len(self.text)
             for held_key, model, held_decision, held_kwargs in self._partial:
                 self.add("", held_key, model, held_decision, span=(start, end), **held_kwargs)
             self._partial = []

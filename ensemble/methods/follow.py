@@ -32,26 +32,22 @@ def follow_key(adapters: list[ModelAdapter], logits: list[torch.Tensor], text: s
         first = len(owner.ids)
         owner.append_ids(owner.key_ids(key))
         for _ in range(4):
-            if not owner.pending:
+            if owner.finished:
                 break
             owner.append(int(torch.argmax(owner.next_logits())))
-        finished = not owner.pending
+        finished = owner.finished
         if not finished:  # not valid UTF-8 after all: drop the stray bytes, keep whole characters
             owner.sync(owner.text)
         for a in adapters:
-            if a is owner:
-                continue
-            if a.keys.same_as(owner.keys):
-                a.restore(owner.ids)  # same tokenizer: take the very tokens that finished the character
-            else:
-                a.sync(owner.text)
+            if a is not owner:
+                a.follow(owner)  # same tokenizer: the very tokens that finished the character
         new_text = owner.text
         if not finished:
             owner = None
         return new_text[len(text) :], owner, first
     for a, lg in zip(adapters, logits, strict=True):
         ids = a.keys.ids_for_key(key)
-        if ids and not a.pending:
+        if ids and a.finished:
             best = ids[0] if len(ids) == 1 else ids[int(torch.argmax(lg[ids]))]
             a.append(best)
         elif not is_control(key):  # (a control token this model lacks changes nothing for it)

@@ -157,10 +157,7 @@ class Safe:
         distribution at every boundary it shares with the drafter (only those can be decided by distributions)."""
         drafter = self.drafter
         for v in self.verifiers:
-            if v.keys.same_as(drafter.keys):
-                v.restore(drafter.ids)  # same tokenizer: condition on the drafter's very tokens
-            else:
-                v.sync(self.run.text + draft.text)
+            v.follow(drafter)  # same tokenizer: condition on the drafter's very tokens
         wanted = {drafter.token_start(draft.first + j) for j in range(len(draft.tokens))}
         for v in self.verifiers:
             wanted &= set(v.boundaries_from(draft.base))
@@ -198,7 +195,7 @@ class Safe:
             else:
                 verdict = self.check(token_id, key, logits, probs, boundary, edges, end)
             # How every model cuts the text around this point (what the inspector shows).
-            at = boundary if boundary is not None else drafter.ends[draft.first + j]
+            at = boundary if boundary is not None else drafter.covered(draft.first + j)
             verdict.details.splits = {a.name: a.tokens_near(at) for a in self.order}
         verdict.topk = model_topk(drafter, k=5, probs=probs)
         return verdict

@@ -18,6 +18,7 @@ import math
 import time
 import unicodedata
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
@@ -27,6 +28,7 @@ from ..keys import EOS_KEY
 from ..settings import SAMPLED_DRAFTS
 from ..trace import Decision, RoundRecord
 from .base import Chooser, Run, StatusEvent
+from .inline import score_inline
 
 
 def _no_space_script(ch: str) -> bool:
@@ -98,146 +100,176 @@ def verifier_scores(token_scores: list[tuple[list[float], list[float]]], scoring
     return torch.softmax(means, dim=0).tolist()
 
 
-def _drafts_status(index: int, candidates: list[dict], drafters: list[str]) -> StatusEvent:
+def _drafts_status(index: int, candidates: list[Candidate], drafters: list[str]) -> StatusEvent:
     """What the round has drafted so far: a segment is only committed after every draft and the vote, so
     this is what a viewer can see meanwhile (the first round takes every model's drafting time)."""
-    done = [c["model"] for c in candidates]
+    done = [c.model for c in candidates]
     waiting = [n for n in drafters if n not in done]
-    shown = "; ".join(f"{c['model']} drafted {c['text'][:80]!r}" + ("…" if len(c["text"]) > 80 else "") for c in candidates)
+    shown = "; ".join(f"{c.model} drafted {c.text[:80]!r}" + ("…" if len(c.text) > 80 else "") for c in candidates)
     tail = f"; {waiting[0]} drafting…" if waiting else "; verifying…"
     return StatusEvent(
         f"Round {index}: {shown}{tail}",
-        {"round": index, "drafts": {c["model"]: c["text"] for c in candidates}, "waiting": waiting},
+        {"round": index, "drafts": {c.model: c.text for c in candidates}, "waiting": waiting},
     )
 
 
-def run_specem(run: Run, recompute_context: bool = False) -> Iterator:
-    """SpecEM rounds until a winning EOS, a stop string or the budget. ``recompute_context`` drops every cache
-    each round, like the released code (the bench's no-cache baseline)."""
-    settings = run.settings
-    by_name = {a.name: a for a in run.adapters}
-    drafters = [by_name[n] for n in (settings.drafters or list(by_name))]
-    verifiers = [by_name[n] for n in (settings.verifiers or list(by_name))]
-    chooser = Chooser(settings.temperature, settings.top_p, settings.seed)
-    if settings.sample_drafts:
-        chooser = Chooser(*SAMPLED_DRAFTS, settings.seed)  # the released code's drafting
-    weights = {a.name: 1.0 / len(run.adapters) for a in run.adapters}
-    stats = run.trace.stats
-    owner: ModelAdapter | None = None  # whose tokens spell the response (the last winner)
-    committed: list[int] = []  # the owner's ids for the response, as of the start of the round
+@dataclass
+class Candidate:
+    """One drafter's segment of a round: its text, whether it ends the answer, and the drafter's ids."""
 
-    def follow(adapter: ModelAdapter) -> None:
+    model: str
+    text: str
+    eos: bool
+    ids: list[int]
+    first: int  # index of the segment's first token in ``ids``
+
+    def record(self) -> dict:
+        return {"model": self.model, "text": self.text, "tokens": len(self.ids) - self.first, "eos": self.eos}
+
+
+class SpecEM:
+    """One run's SpecEM state; a round is the phases below, numbered as in ``algorithms.md``.
+
+    ``recompute_context`` drops every cache each round, like the released code (the bench's no-cache baseline).
+    """
+
+    def __init__(self, run: Run, recompute_context: bool = False):
+        settings = run.settings
+        self.run, self.recompute = run, recompute_context
+        self.by_name = {a.name: a for a in run.adapters}
+        self.drafters = [self.by_name[n] for n in (settings.drafters or list(self.by_name))]
+        self.verifiers = [self.by_name[n] for n in (settings.verifiers or list(self.by_name))]
+        self.chooser = Chooser(*(SAMPLED_DRAFTS if settings.sample_drafts else (settings.temperature, settings.top_p)), settings.seed)
+        self.weights = {a.name: 1.0 / len(run.adapters) for a in run.adapters}
+        self.owner: ModelAdapter | None = None  # whose tokens spell the response (the last winner)
+        self.committed: list[int] = []  # the owner's ids for the response, as of the start of the round
+
+    def follow(self, adapter: ModelAdapter) -> None:
         """Bring a model to the response: the winner's very tokens when it shares its tokenizer."""
-        if owner is not None and adapter.keys.same_as(owner.keys):
-            adapter.restore(committed)
-        else:
-            adapter.sync(run.text)
+        if self.recompute:
+            adapter.drop_cache()
+        adapter.follow(self.owner, self.committed, self.run.text)
 
+    # -- 1. Draft --------------------------------------------------------------------------------------------
+    def draft(self, d: ModelAdapter, base: int) -> Candidate | None:
+        """A segment of at most L tokens from the drafter's own cache, cut back to a word boundary (§3.1)
+        unless the answer or the budget ends with it."""
+        run, budget = self.run, min(self.run.settings.segment_len, self.run.budget_left)
+        self.follow(d)
+        first = len(d.ids)
+        drafted = d.draft(budget, self.chooser)
+        eos = bool(drafted) and d.keys.key(drafted[-1][0]) == EOS_KEY
+        text = d.text[base:]
+        if not (eos or len(drafted) < budget or len(drafted) >= run.budget_left):
+            cut = word_cut(text, [end - base for _, end in d.edges_from(first)])
+            if cut < len(text):
+                d.truncate_tokens(next(i + 1 for i, end in d.edges_from(first) if end - base == cut))
+        if len(d.ids) == first and not eos:
+            return None  # nothing drafted (cannot happen with a budget left; kept for safety)
+        return Candidate(d.name, d.text[base:], eos, list(d.ids), first)
+
+    # -- 2. Verify, 3. in line -------------------------------------------------------------------------------
+    def verify(self, v: ModelAdapter, candidates: list[Candidate]) -> list[float]:
+        """Verifier ``v`` scores every candidate as it would follow the response, in ONE forward pass."""
+        self.follow(v)
+        tokenized = [v.continuation_ids(c.text) for c in candidates]
+        context = min(keep for keep, _ in tokenized)
+        blocks, scored_from = [], []
+        for c, (keep, ids) in zip(candidates, tokenized, strict=True):
+            eos_id = [min(v.keys.eos_ids)] if c.eos and v.keys.eos_ids else []
+            blocks.append(v.ids[context:keep] + ids + eos_id)
+            scored_from.append(keep - context)
+        per_token = score_inline(v, context, blocks)
+        trimmed = [(lp[s:], raw[s:]) for (lp, raw), s in zip(per_token, scored_from, strict=True)]
+        return verifier_scores(trimmed, self.run.settings.scoring)
+
+    # -- 4. Aggregate, 5. online feedback --------------------------------------------------------------------
+    def aggregate(self, scores: list[list[float]], candidates: list[Candidate], round_number: int) -> tuple[list[float], dict]:
+        """score_i = sum_v w_v * S[v, i] with the round's weights; then the Hedge update (after the vote)
+        gives the next round's weights. Returns the aggregate scores and the rewards."""
+        if not scores:
+            return [1.0], {}  # a lone candidate wins without a vote
+        aggregate = [sum(self.weights[v.name] * scores[r][i] for r, v in enumerate(self.verifiers)) for i in range(len(candidates))]
+        rewards = hedge_rewards(scores, [v.name for v in self.verifiers], [c.model for c in candidates])
+        if self.run.settings.eta > 0 and rewards:
+            self.weights = hedge_update(self.weights, rewards, self.run.settings.eta, round_number, len(candidates))
+        return aggregate, rewards
+
+    # -- 4. (continued) Commit -------------------------------------------------------------------------------
+    def commit(self, winner: Candidate, index: int) -> None:
+        """The winner keeps the very tokens it drafted; the others sync to them when they next draft or verify."""
+        run = self.run
+        owner = self.owner = self.by_name[winner.model]
+        owner.restore(winner.ids)
+        details = SegmentDetails(segment_of=owner.name)
+        run.add_model_tokens(owner, winner.first, Decision.SEGMENT, round_index=index, details=details)
+        if winner.eos:
+            run.add("", EOS_KEY, owner.name, Decision.SEGMENT, round_index=index, details=details)
+        run.trace.stats.wins[owner.name] = run.trace.stats.wins.get(owner.name, 0) + 1
+
+    def play_round(self, round_number: int) -> Iterator:
+        """One round; returns (via StopIteration) the reason to stop, or None to go on."""
+        run, index = self.run, round_number - 1
+        base, timings = len(run.text), {}
+        self.committed = list(self.owner.ids) if self.owner is not None else []
+        t0 = time.perf_counter()
+        candidates: list[Candidate] = []
+        for d in self.drafters:
+            run.check_cancel()  # Stop is honoured between drafts, not only inside a model's forward pass
+            candidate = self.draft(d, base)
+            if candidate is not None:
+                candidates.append(candidate)
+                yield _drafts_status(index, candidates, [x.name for x in self.drafters])
+        run.trace.stats.draft_tokens += sum(len(c.ids) - c.first for c in candidates)
+        timings["draft_s"] = round(time.perf_counter() - t0, 4)
+        if not candidates:
+            return "eos"
+        t1 = time.perf_counter()
+        scores = []
+        if len(candidates) > 1:
+            for v in self.verifiers:
+                run.check_cancel()
+                scores.append(self.verify(v, candidates))
+        timings["verify_s"] = round(time.perf_counter() - t1, 4)
+        weights_before = dict(self.weights)
+        aggregate, rewards = self.aggregate(scores, candidates, round_number)
+        win = max(range(len(candidates)), key=aggregate.__getitem__)
+        run.check_cancel()  # nothing is committed once Stop was pressed
+        t2 = time.perf_counter()
+        self.commit(candidates[win], index)
+        timings["commit_s"] = round(time.perf_counter() - t2, 4)
+        stopped = run.check_stop()
+        if not stopped:
+            yield from run.release()  # the round's tokens stream before its record
+        yield run.add_round(self.record(index, base, candidates, scores, aggregate, weights_before, rewards, win, timings))
+        return "stop_string" if stopped else "eos" if candidates[win].eos else None
+
+    def record(self, index, base, candidates, scores, aggregate, weights_before, rewards, win, timings) -> RoundRecord:
+        return RoundRecord(
+            index=index,
+            start=base,
+            candidates=[c.record() for c in candidates],
+            verifiers=[v.name for v in self.verifiers],
+            scores=[[round(x, 6) for x in row] for row in scores],
+            aggregate=[round(x, 6) for x in aggregate],
+            weights_before={k: round(w, 6) for k, w in weights_before.items()},
+            weights_after={k: round(w, 6) for k, w in self.weights.items()},
+            rewards={k: round(g, 6) for k, g in rewards.items()},
+            winner=candidates[win].model,
+            winner_index=win,
+            accepted_text=candidates[win].text,
+            timings=timings,
+        )
+
+
+def run_specem(run: Run, recompute_context: bool = False) -> Iterator:
+    """SpecEM rounds until a winning EOS, a stop string or the budget."""
+    specem = SpecEM(run, recompute_context)
     round_number = 0
     while run.budget_left > 0:
         run.check_cancel()
         round_number += 1
-        base = len(run.text)
-        committed = list(owner.ids) if owner is not None else []
-        timings = {}
-        # 1. Draft: every drafter proposes a segment from its own cache.
-        t0 = time.perf_counter()
-        candidates: list[dict] = []
-        for d in drafters:
-            run.check_cancel()  # Stop is honoured between drafts, not only inside a model's forward pass
-            if recompute_context:
-                d.drop_cache()
-            follow(d)
-            first = len(d.ids)
-            drafted = d.draft(min(settings.segment_len, run.budget_left), chooser)
-            eos = bool(drafted) and d.keys.key(drafted[-1][0]) == EOS_KEY
-            text = d.text[base:]
-            stopped_early = eos or len(drafted) < min(settings.segment_len, run.budget_left)
-            if not stopped_early and len(drafted) >= run.budget_left:
-                stopped_early = True  # the budget ends here: nothing is left for a next round
-            cut = len(text)
-            if not stopped_early:
-                cut = word_cut(text, [d.ends[i] - base for i in range(first, len(d.ids)) if d.clean[i]])
-            if cut < len(text):
-                keep = next(i + 1 for i in range(first, len(d.ids)) if d.clean[i] and d.ends[i] - base == cut)
-                d.truncate_tokens(keep)
-            if len(d.ids) == first and not eos:
-                continue  # nothing drafted (cannot happen with a budget left; kept for safety)
-            candidates.append({"model": d.name, "text": d.text[base:], "eos": eos, "ids": list(d.ids), "first": first})
-            yield _drafts_status(round_number - 1, candidates, [x.name for x in drafters])
-        stats.draft_tokens += sum(len(c["ids"]) - c["first"] for c in candidates)
-        timings["draft_s"] = round(time.perf_counter() - t0, 4)
-        if not candidates:
-            return "eos"
-        # 2. Verify: every verifier scores every candidate as it would follow the response ...
-        # 3. ... in line: one forward pass per verifier over all candidates (a lone candidate wins without a vote).
-        t1 = time.perf_counter()
-        scores: list[list[float]] = []
-        if len(candidates) > 1:
-            for v in verifiers:
-                run.check_cancel()
-                if recompute_context:
-                    v.drop_cache()
-                follow(v)
-                tokenized = [v.continuation_ids(c["text"]) for c in candidates]
-                context = min(keep for keep, _ in tokenized)
-                blocks, scored_from = [], []
-                for c, (keep, ids) in zip(candidates, tokenized, strict=True):
-                    eos_id = [min(v.keys.eos_ids)] if c["eos"] and v.keys.eos_ids else []
-                    blocks.append(v.ids[context:keep] + ids + eos_id)
-                    scored_from.append(keep - context)
-                per_token = v.score_inline(context, blocks)
-                trimmed = [(lp[s:], raw[s:]) for (lp, raw), s in zip(per_token, scored_from, strict=True)]
-                scores.append(verifier_scores(trimmed, settings.scoring))
-        timings["verify_s"] = round(time.perf_counter() - t1, 4)
-        # 4. Aggregate: score_i = sum_v w_v * S[v, i] with the round's weights; the winner is the argmax.
-        if scores:
-            aggregate = [sum(weights[v.name] * scores[r][i] for r, v in enumerate(verifiers)) for i in range(len(candidates))]
-        else:
-            aggregate = [1.0]
-        win = max(range(len(candidates)), key=aggregate.__getitem__)
-        winner = candidates[win]
-        # 5. Online feedback (Hedge), after the vote: the next round's weights.
-        weights_before = dict(weights)
-        rewards = hedge_rewards(scores, [v.name for v in verifiers], [c["model"] for c in candidates]) if scores else {}
-        if settings.eta > 0 and rewards:
-            weights = hedge_update(weights, rewards, settings.eta, round_number, len(candidates))
-        # 4. (continued) Commit the winner's text; the other models sync to it when they next draft or verify.
-        run.check_cancel()  # nothing is committed once Stop was pressed
-        t2 = time.perf_counter()
-        owner = by_name[winner["model"]]
-        owner.restore(winner["ids"])  # the winner keeps the very tokens it drafted
-        run.add_model_tokens(owner, winner["first"], Decision.SEGMENT, round_index=round_number - 1, details=SegmentDetails(segment_of=owner.name))
-        if winner["eos"]:
-            run.add("", EOS_KEY, owner.name, Decision.SEGMENT, round_index=round_number - 1, details=SegmentDetails(segment_of=owner.name))
-        stats.wins[owner.name] = stats.wins.get(owner.name, 0) + 1
-        timings["commit_s"] = round(time.perf_counter() - t2, 4)
-        # The round's tokens stream before its record, so a viewer sees every committed token at once.
-        stopped = run.check_stop()
-        if not stopped:
-            yield from run.release()
-        yield run.add_round(
-            RoundRecord(
-                index=round_number - 1,
-                start=base,
-                candidates=[
-                    {"model": c["model"], "text": c["text"], "tokens": len(c["ids"]) - c["first"], "eos": c["eos"]}
-                    for c in candidates
-                ],
-                verifiers=[v.name for v in verifiers],
-                scores=[[round(x, 6) for x in row] for row in scores],
-                aggregate=[round(x, 6) for x in aggregate],
-                weights_before={k: round(w, 6) for k, w in weights_before.items()},
-                weights_after={k: round(w, 6) for k, w in weights.items()},
-                rewards={k: round(g, 6) for k, g in rewards.items()},
-                winner=owner.name,
-                winner_index=win,
-                accepted_text=winner["text"],
-                timings=timings,
-            )
-        )
-        if stopped:
-            return "stop_string"
-        if winner["eos"]:
-            return "eos"
+        reason = yield from specem.play_round(round_number)
+        if reason is not None:
+            return reason
     return "budget"

@@ -1,0 +1,111 @@
+"""A model's forward passes over a sequence of ids, reusing the KV cache of the longest prefix it shares.
+
+:class:`CachedModel` knows nothing about text: it is asked for the logits at some positions of an id sequence
+(``rows``) and computes only what its cache does not already hold, after cropping the cache back to the
+longest prefix shared with that sequence (``DynamicCache.crop``). This is the runtime side of a member; the
+text side is :class:`ensemble.response.ResponseTokens`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from .errors import Cancelled
+from .response import common_prefix
+
+
+@dataclass
+class ForwardStats:
+    passes: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+
+
+class CachedModel:
+    """Forward passes of one transformers model with a KV cache that follows the ids it is asked about.
+
+    Args:
+        model: the loaded causal LM.
+        device: where its inputs go.
+    """
+
+    def __init__(self, model, device: str | torch.device):
+        self.model = model
+        self.device = torch.device(device)
+        self.stats = ForwardStats()
+        self.cancel: threading.Event | None = None  # set by the run: checked before every forward pass
+        self.drop()
+
+    def drop(self) -> None:
+        """Forget the KV cache."""
+        self.cache = DynamicCache()
+        self.cache_ids: list[int] = []  # exactly the ids whose keys and values are in the cache
+        self._last_logits: torch.Tensor | None = None  # logits after cache_ids[-1]
+
+    def check_cancel(self) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise Cancelled("Stopped by the user.")
+
+    def _crop(self, keep: int) -> None:
+        if keep < len(self.cache_ids):
+            self.cache.crop(keep - len(self.cache_ids))
+            del self.cache_ids[keep:]
+            self._last_logits = None
+
+    @torch.inference_mode()
+    def rows(self, ids: Sequence[int], positions: Sequence[int]) -> torch.Tensor:
+        """Logits (float32) after each of ``positions`` (absolute, sorted) of ``ids``: one row per position.
+
+        Only what is not cached is computed, and the output layer runs only for the wanted rows (that layer
+        dominates for a 262k vocabulary). Afterwards the cache holds all of ``ids``.
+        """
+        ids = list(ids)
+        positions = list(positions)
+        last = len(ids) - 1
+        if positions == [last] and self._last_logits is not None and ids == self.cache_ids:
+            return self._last_logits[None]
+        self.check_cancel()
+        start = min(common_prefix(self.cache_ids, ids), positions[0], last)
+        self._crop(start)
+        new = ids[start:]
+        keep = [p - start for p in positions]
+        if keep == list(range(len(new) - len(keep), len(new))):
+            to_keep: int | torch.Tensor = len(keep)  # a tail: the model's fast path
+        else:
+            to_keep = torch.tensor(keep, dtype=torch.long, device=self.device)
+        t0 = time.perf_counter()
+        input_ids = torch.tensor([new], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, logits_to_keep=to_keep)
+        logits = out.logits[0, -len(keep) :].float()
+        self._count(t0, len(new))
+        self.cache_ids.extend(new)
+        self._last_logits = logits[-1] if positions[-1] == last else None
+        return logits
+
+    @torch.inference_mode()
+    def branch_logits(self, context: Sequence[int], flat: list[int], positions: list[int], mask) -> torch.Tensor:
+        """Logits at every token of ``flat`` run after the cached ``context`` with explicit position ids and
+        attention mask (several branches side by side); the cache is cropped back to ``context`` afterwards."""
+        self.check_cancel()
+        t0 = time.perf_counter()
+        out = self.model(
+            input_ids=torch.tensor([flat], dtype=torch.long, device=self.device),
+            position_ids=torch.tensor([positions], dtype=torch.long, device=self.device),
+            attention_mask=mask,
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        self.cache.crop(-len(flat))
+        self._count(t0, len(flat))
+        return out.logits[0].float()
+
+    def _count(self, t0: float, tokens: int) -> None:
+        self.stats.seconds += time.perf_counter() - t0
+        self.stats.passes += 1
+        self.stats.tokens += tokens
