@@ -26,13 +26,15 @@ class ModelAdapter(ResponseTokens):
     Args:
         loaded: the shared model (weights, tokenizer, key table, template).
         name: the name used in traces (defaults to the model's name; two copies of one model need two names).
+        runtime: where the forward passes run (default: a :class:`CachedModel` in this process; a member
+            backend passes its own, e.g. a Ray actor session).
     """
 
-    def __init__(self, loaded: LoadedModel, name: str | None = None):
+    def __init__(self, loaded: LoadedModel, name: str | None = None, runtime=None):
         super().__init__(loaded.keys, name or loaded.name)
         self.loaded = loaded
         self.model = loaded.model
-        self.runtime = CachedModel(loaded.model, loaded.device)
+        self.runtime = runtime if runtime is not None else CachedModel(loaded.model, loaded.device)
 
     def start(self, prompt: str) -> None:
         """Begin a run: template the prompt, forget any response and the cache."""
@@ -53,6 +55,10 @@ class ModelAdapter(ResponseTokens):
     @cancel.setter
     def cancel(self, event) -> None:
         self.runtime.cancel = event
+
+    def close(self) -> None:
+        """The run is over: free the KV cache (in a member process too)."""
+        self.runtime.close()
 
     def drop_cache(self) -> None:
         """Forget the KV cache (the no-cache baseline recomputes the whole context)."""

@@ -48,6 +48,9 @@ class CachedModel:
         self.cache_ids: list[int] = []  # exactly the ids whose keys and values are in the cache
         self._last_logits: torch.Tensor | None = None  # logits after cache_ids[-1]
 
+    def close(self) -> None:
+        self.drop()
+
     def check_cancel(self) -> None:
         if self.cancel is not None and self.cancel.is_set():
             raise Cancelled("Stopped by the user.")

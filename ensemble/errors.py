@@ -47,3 +47,14 @@ def name_list(names, limit: int = 10, width: int = 40) -> str:
 
 class EvaluationError(EnsembleError):
     """An evaluation that cannot run as asked (bad data file, incompatible resume, malformed summary)."""
+
+
+class MemberDied(EnsembleError):
+    """A member's process (a Ray actor) stopped during a run; the next run starts a new one."""
+
+    def __init__(self, member: str, pid: int | None = None):
+        where = f" (pid {pid})" if pid else ""
+        super().__init__(
+            f"Member {member}'s process{where} stopped during the run. The trace so far is kept; run again to restart it."
+        )
+        self.member, self.pid = member, pid

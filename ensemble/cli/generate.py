@@ -7,11 +7,11 @@ import os
 import sys
 import threading
 
-from ..errors import SettingsError
+from ..errors import MemberDied, SettingsError
 from ..models import resolve
 from ..outputs import check_output_file
 from .common import models_arg, read_text
-from .options import add_engine_options, settings_from_args
+from .options import add_backend_options, add_engine_options, backend_from_args, settings_from_args
 
 ANSI = {
     "consensus": "\x1b[32m",
@@ -34,6 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu | cuda:N | auto")
     p.add_argument("--dtype", default="auto")
     add_engine_options(p)
+    add_backend_options(p)
     p.set_defaults(func=cmd_generate)
 
 
@@ -56,13 +57,13 @@ def cmd_generate(args) -> int:
         resolve(name)
     if args.out:
         check_output_file(args.out)
-    pool = ModelPool(device=args.device, dtype=args.dtype)
+    backend = backend_from_args(args)
+    pool = ModelPool(device=args.device, dtype=args.dtype, backend=backend)
     models = pool.get_many(names)
-    job = EnsembleRun(models, prompt, args.method, settings)
-    color = sys.stdout.isatty() and not args.json and os.environ.get("NO_COLOR") is None
     stop = threading.Event()
-    job.run.cancel = stop
-    printed = 0
+    job = EnsembleRun(models, prompt, args.method, settings, cancel=stop, backend=pool.backend)
+    color = sys.stdout.isatty() and not args.json and os.environ.get("NO_COLOR") is None
+    printed, failed = 0, None
     try:
         for event in job.events():
             if args.json or not isinstance(event, TokenEvent):
@@ -80,10 +81,15 @@ def cmd_generate(args) -> int:
             print(piece, end="", flush=True)
     except KeyboardInterrupt:
         stop.set()
+    except MemberDied as exc:
+        failed = exc  # the trace so far is kept (and saved with --out)
     trace = job.trace
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:
             fh.write(trace.to_json(indent=1))
+    if failed is not None:
+        print(f"\nerror: {failed}", file=sys.stderr)
+        return 1
     if args.json:
         print(trace.to_json())
         return 0

@@ -6,7 +6,9 @@ import threading
 from collections.abc import Callable, Iterator
 
 from ..adapter import ModelAdapter
-from ..errors import Cancelled
+from ..errors import Cancelled, MemberDied
+from ..members import Backend
+from ..members.base import LOCAL
 from ..models import LoadedModel
 from ..settings import Settings
 from ..trace import RunTrace, unique_labels
@@ -46,6 +48,7 @@ class EnsembleRun:
         settings: engine settings (validated here).
         cancel: set it to stop the run between steps; the partial trace stays valid.
         recompute_context: SpecEM only: drop every cache each round (the released code's behaviour, for bench).
+        backend: where the members compute (:mod:`ensemble.members`; default in this process).
     """
 
     def __init__(
@@ -56,6 +59,7 @@ class EnsembleRun:
         settings: Settings | None = None,
         cancel: threading.Event | None = None,
         recompute_context: bool = False,
+        backend: Backend | None = None,
     ):
         settings = settings or Settings()
         names = unique_names(models)
@@ -65,26 +69,33 @@ class EnsembleRun:
             models, names = [models[keep]], [names[keep]]
         self.method = method
         self.recompute_context = recompute_context
-        self.adapters = [ModelAdapter(m, n) for m, n in zip(models, names, strict=True)]
-        self.run = Run(method, self.adapters, prompt, settings, cancel)
+        self.backend = backend or LOCAL
+        self.adapters = [ModelAdapter(m, n, self.backend.runtime(m, n)) for m, n in zip(models, names, strict=True)]
+        self.run = Run(method, self.adapters, prompt, settings, cancel, self.backend)
         self.trace: RunTrace = self.run.trace
 
     def events(self) -> Iterator[TokenEvent | RoundEvent | StatusEvent]:
         run = self.run
         reason = "budget"
         try:
-            reason = yield from RUNNERS[self.method](run, recompute_context=self.recompute_context)
-        except Cancelled:
-            reason = "cancelled"
-        except Exception as exc:
-            run.finish("error", error=f"{type(exc).__name__}: {exc}")
+            try:
+                reason = yield from RUNNERS[self.method](run, recompute_context=self.recompute_context)
+            except Cancelled:
+                reason = "cancelled"
+            except Exception as exc:
+                run.finish("error", error=str(exc) if isinstance(exc, MemberDied) else f"{type(exc).__name__}: {exc}")
+                yield from run.release_all()
+                raise
+            self.trace = run.finish(reason or "budget")
             yield from run.release_all()
-            raise
-        self.trace = run.finish(reason or "budget")
-        yield from run.release_all()
+        finally:
+            for adapter in self.adapters:
+                adapter.close()  # free the run's KV caches, in member processes too
 
 
-def generate(models: list[LoadedModel], prompt: str, method: str = "single", settings: Settings | None = None, **kwargs) -> RunTrace:
+def generate(
+    models: list[LoadedModel], prompt: str, method: str = "single", settings: Settings | None = None, **kwargs
+) -> RunTrace:
     """Run a method to the end and return its trace."""
     job = EnsembleRun(models, prompt, method, settings, **kwargs)
     for _ in job.events():

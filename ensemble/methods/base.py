@@ -12,6 +12,7 @@ import torch
 from ..adapter import ModelAdapter
 from ..errors import Cancelled, InputError
 from ..keys import EOS_KEY, MAX_PROMPT_CHARS, display_key, replace_lone_surrogates
+from ..members.base import LOCAL, Backend
 from ..settings import Settings
 from ..trace import Decision, Details, FusionRecord, RoundRecord, RunTrace, TokenRecord
 
@@ -104,9 +105,11 @@ class Run:
         prompt: str,
         settings: Settings,
         cancel: threading.Event | None = None,
+        backend: Backend | None = None,
     ):
         self.method = method
         self.adapters = adapters
+        self.backend = backend or LOCAL  # runs per-member work at the same time when members are processes
         self.settings = settings
         self.cancel = cancel or threading.Event()
         self.started = time.perf_counter()
@@ -324,7 +327,9 @@ class Run:
         return self.trace
 
 
-def model_topk(adapter: ModelAdapter, logits: torch.Tensor | None = None, k: int = 5, probs: torch.Tensor | None = None) -> list[list]:
+def model_topk(
+    adapter: ModelAdapter, logits: torch.Tensor | None = None, k: int = 5, probs: torch.Tensor | None = None
+) -> list[list]:
     """A model's top-k keys and probabilities (from ``probs`` when already computed, else from ``logits``)."""
     if probs is None:
         probs = torch.softmax(logits.float(), dim=-1)

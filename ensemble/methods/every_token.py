@@ -38,7 +38,7 @@ def run_every_token(run: Run, fusion: str) -> Iterator:
     gate = settings.gac_gate if fusion == "gac" else None
     while run.budget_left > 0:
         run.check_cancel()
-        logits = [a.next_logits() for a in adapters]
+        logits = run.backend.map(lambda a: a.next_logits(), adapters)  # at the same time on a process backend
         boundary = len(run.text)
         lead = adapters[primary]
         lead_probs = chooser.probs(logits[primary])
@@ -69,8 +69,9 @@ def run_every_token(run: Run, fusion: str) -> Iterator:
             details.completed_by = finisher.name
         # How every model now cuts the text around this step (models lacking the key were re-tokenized).
         details.splits = {a.name: a.tokens_near(boundary) for a in adapters}
-        record_followed(run, piece, key, finisher, first, who, decision, details=details,
-                        fusion=fused.record if fused else None, topk=topk)
+        record_followed(
+            run, piece, key, finisher, first, who, decision, details=details, fusion=fused.record if fused else None, topk=topk
+        )
         if run.check_stop():
             return "stop_string"
         yield from run.release()

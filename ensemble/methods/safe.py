@@ -161,7 +161,8 @@ class Safe:
         wanted = {drafter.token_start(draft.first + j) for j in range(len(draft.tokens))}
         for v in self.verifiers:
             wanted &= set(v.boundaries_from(draft.base))
-        return {v.name: {b: (tok, row) for b, tok, row in v.distributions_from(draft.base, wanted)} for v in self.verifiers}
+        rows = self.run.backend.map(lambda v: v.distributions_from(draft.base, wanted), self.verifiers)  # verifiers at once
+        return {v.name: {b: (tok, row) for b, tok, row in found} for v, found in zip(self.verifiers, rows, strict=True)}
 
     # -- 3. Decide -----------------------------------------------------------------------------------------
     def decide(self, draft: Draft, edges: Edges) -> list[Verdict]:
@@ -274,8 +275,9 @@ class Safe:
         accepted = len(verdicts) - (1 if replaced or (draft.eos and len(verdicts) == len(draft.tokens)) else 0)
         drafter.truncate_tokens(draft.first + accepted)  # the drafter keeps its own ids for accepted tokens
         for j, verdict in enumerate(verdicts[:accepted]):
-            run.add_model_tokens(drafter, draft.first + j, verdict.decision, upto=draft.first + j + 1, round_index=round_index,
-                                 **verdict.record())
+            run.add_model_tokens(
+                drafter, draft.first + j, verdict.decision, upto=draft.first + j + 1, round_index=round_index, **verdict.record()
+            )
         if not replaced:
             if accepted < len(verdicts):  # the accepted end of sequence is a (zero-width) token too
                 run.add("", EOS_KEY, drafter.name, last.decision, round_index=round_index, **last.record())

@@ -82,7 +82,9 @@ def hedge_rewards(scores: list[list[float]], verifiers: list[str], candidates: l
     return rewards
 
 
-def hedge_update(weights: dict[str, float], rewards: dict[str, float], eta0: float, round_number: int, k: int) -> dict[str, float]:
+def hedge_update(
+    weights: dict[str, float], rewards: dict[str, float], eta0: float, round_number: int, k: int
+) -> dict[str, float]:
     """w_m <- w_m * exp(eta_t * g_m) with eta_t = eta0 * sqrt(1/K) / t, renormalised."""
     eta = eta0 * math.sqrt(1.0 / max(k, 1)) / max(round_number, 1)
     raw = {m: w * math.exp(eta * rewards.get(m, 0.0)) for m, w in weights.items()}
@@ -139,7 +141,10 @@ class SpecEM:
         self.by_name = {a.name: a for a in run.adapters}
         self.drafters = [self.by_name[n] for n in (settings.drafters or list(self.by_name))]
         self.verifiers = [self.by_name[n] for n in (settings.verifiers or list(self.by_name))]
-        self.chooser = Chooser(*(SAMPLED_DRAFTS if settings.sample_drafts else (settings.temperature, settings.top_p)), settings.seed)
+        # One chooser per drafter, so sampled drafts do not depend on which drafter finishes first (they draft
+        # at the same time on a process backend); greedy choosers hold no state.
+        how = SAMPLED_DRAFTS if settings.sample_drafts else (settings.temperature, settings.top_p)
+        self.choosers = {d.name: Chooser(*how, settings.seed + i) for i, d in enumerate(self.drafters)}
         self.weights = {a.name: 1.0 / len(run.adapters) for a in run.adapters}
         self.owner: ModelAdapter | None = None  # whose tokens spell the response (the last winner)
         self.committed: list[int] = []  # the owner's ids for the response, as of the start of the round
@@ -157,7 +162,7 @@ class SpecEM:
         run, budget = self.run, min(self.run.settings.segment_len, self.run.budget_left)
         self.follow(d)
         first = len(d.ids)
-        drafted = d.draft(budget, self.chooser)
+        drafted = d.draft(budget, self.choosers[d.name])
         eos = bool(drafted) and d.keys.key(drafted[-1][0]) == EOS_KEY
         text = d.text[base:]
         if not (eos or len(drafted) < budget or len(drafted) >= run.budget_left):
@@ -189,7 +194,9 @@ class SpecEM:
         gives the next round's weights. Returns the aggregate scores and the rewards."""
         if not scores:
             return [1.0], {}  # a lone candidate wins without a vote
-        aggregate = [sum(self.weights[v.name] * scores[r][i] for r, v in enumerate(self.verifiers)) for i in range(len(candidates))]
+        aggregate = [
+            sum(self.weights[v.name] * scores[r][i] for r, v in enumerate(self.verifiers)) for i in range(len(candidates))
+        ]
         rewards = hedge_rewards(scores, [v.name for v in self.verifiers], [c.model for c in candidates])
         if self.run.settings.eta > 0 and rewards:
             self.weights = hedge_update(self.weights, rewards, self.run.settings.eta, round_number, len(candidates))
@@ -214,9 +221,8 @@ class SpecEM:
         self.committed = list(self.owner.ids) if self.owner is not None else []
         t0 = time.perf_counter()
         candidates: list[Candidate] = []
-        for d in self.drafters:
-            run.check_cancel()  # Stop is honoured between drafts, not only inside a model's forward pass
-            candidate = self.draft(d, base)
+        # All drafters at once on a process backend; Stop is honoured between drafts too.
+        for candidate in run.backend.map_iter(lambda d: self.draft(d, base), self.drafters, before=run.check_cancel):
             if candidate is not None:
                 candidates.append(candidate)
                 yield _drafts_status(index, candidates, [x.name for x in self.drafters])
@@ -226,10 +232,8 @@ class SpecEM:
             return "eos"
         t1 = time.perf_counter()
         scores = []
-        if len(candidates) > 1:
-            for v in self.verifiers:
-                run.check_cancel()
-                scores.append(self.verify(v, candidates))
+        if len(candidates) > 1:  # every verifier at once on a process backend
+            scores = list(run.backend.map_iter(lambda v: self.verify(v, candidates), self.verifiers, before=run.check_cancel))
         timings["verify_s"] = round(time.perf_counter() - t1, 4)
         weights_before = dict(self.weights)
         aggregate, rewards = self.aggregate(scores, candidates, round_number)

@@ -35,6 +35,7 @@ class LoadedModel:
     source: str  # a Source (a str enum), or what a caller of wrap() named it
     context_limit: int
     info: dict = field(default_factory=dict)
+    origin: str | None = None  # the name it was loaded by (a member process loads it the same way); None: built in memory
     _prompt_cache: dict = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -159,6 +160,7 @@ def load(name: str, device: str = "cpu", dtype: str = "auto", progress: Progress
         model.to("cpu")
     loaded = wrap(spec.name, model, tokenizer, template=spec.template, source=source)
     loaded.spec = spec
+    loaded.origin = name
     loaded.load_seconds = time.perf_counter() - started
     progress(f"{spec.name}: ready in {loaded.load_seconds:.1f} s", 1.0)
     return loaded

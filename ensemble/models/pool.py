@@ -30,8 +30,12 @@ class ModelPool:
     should hold the largest ensemble; the three embedded models take about 2.1 GB in bfloat16, 4.1 GB in float32.
     """
 
-    def __init__(self, device: str = "cpu", dtype: str = "auto", max_gb: float | None = None):
+    def __init__(self, device: str = "cpu", dtype: str = "auto", max_gb: float | None = None, backend=None):
+        from ..members import make_backend
+
         self.device, self.dtype = device, dtype
+        # where members compute: "local" (this process), "ray" (one actor per model), or a Backend
+        self.backend = make_backend(backend) if backend is None or isinstance(backend, str) else backend
         if max_gb is None:
             max_gb = float(os.environ.get(POOL_GB) or DEFAULT_POOL_GB)
         self.max_bytes = int(max_gb * 1e9) if max_gb > 0 else None

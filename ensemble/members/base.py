@@ -1,0 +1,108 @@
+"""The backend interface, the in-process backend, and the parsing of backend settings."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
+
+from ..cached import CachedModel
+from ..errors import EnsembleError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+BACKENDS = ("local", "ray")
+
+
+class Backend:
+    """Where members compute. Subclasses give each member a runtime and say whether work can overlap."""
+
+    name = "base"
+    parallel = False
+
+    def runtime(self, loaded, name: str):
+        """A fresh runtime (KV cache and forward passes) of ``loaded`` for one run's member ``name``."""
+        raise NotImplementedError
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+        """``[fn(x) for x in items]``, possibly at the same time; results in input order."""
+        return list(self.map_iter(fn, items))
+
+    def map_iter(self, fn: Callable[[T], R], items: Iterable[T], before: Callable[[], None] | None = None) -> Iterator[R]:
+        """Results of ``fn`` over ``items`` in input order, each as soon as it and those before it are done.
+        ``before`` runs before each item is started (the run's cancel check)."""
+        for item in items:
+            if before is not None:
+                before()
+            yield fn(item)
+
+    def describe(self) -> str:
+        return self.name
+
+    def close(self) -> None:
+        """Release what the backend started (processes, clusters)."""
+
+
+class LocalBackend(Backend):
+    """Members in this process, one after another (threads would not help: a forward pass's Python side holds
+    the GIL, see ``scripts/safe_pipeline_probe.py``)."""
+
+    name = "local"
+
+    def runtime(self, loaded, name: str) -> CachedModel:
+        return CachedModel(loaded.model, loaded.device)
+
+
+LOCAL = LocalBackend()
+
+_lock = threading.Lock()
+_shared: dict[tuple, Backend] = {}
+
+
+def make_backend(
+    name: str = "local", address: str | None = None, resources: dict | None = None, threads: int | None = None
+) -> Backend:
+    """The backend called ``name`` (one per process and configuration: actors are reused across runs)."""
+    if name in (None, "", "local"):
+        return LOCAL
+    if name != "ray":
+        raise EnsembleError(f"Unknown backend {name!r}: use {' or '.join(BACKENDS)}.")
+    key = (name, address, tuple(sorted((resources or {}).items())), threads)
+    with _lock:
+        if key not in _shared:
+            from .ray_backend import RayBackend
+
+            _shared[key] = RayBackend(address=address, resources=resources, threads=threads)
+        return _shared[key]
+
+
+def parse_resources(text: str | None) -> dict[str, dict[str, float]]:
+    """``qwen=gpu:1,gemma3=cpu:2+node_b:1`` -> {"qwen": {"num_gpus": 1}, "gemma3": {"num_cpus": 2, "node_b": 1}}.
+
+    ``gpu`` and ``cpu`` are Ray's GPU and CPU counts; any other name is a custom resource of the cluster's nodes
+    (``ray start --resources '{"node_b": 1}'``), which is how a member is pinned to a host.
+    """
+    out: dict[str, dict[str, float]] = {}
+    if not text:
+        return out
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        member, sep, spec = part.partition("=")
+        if not sep or not member.strip() or not spec.strip():
+            raise EnsembleError(f"Bad member resources {part!r}: use NAME=gpu:1 or NAME=cpu:2+custom:1.")
+        wanted: dict[str, float] = {}
+        for item in spec.split("+"):
+            res, colon, amount = item.partition(":")
+            res = res.strip()
+            try:
+                value = float(amount) if colon else 1.0
+            except ValueError:
+                raise EnsembleError(f"Bad amount {amount!r} in member resources {part!r}.") from None
+            if not res or value < 0:
+                raise EnsembleError(f"Bad member resources {part!r}: use NAME=gpu:1 or NAME=cpu:2+custom:1.")
+            wanted[{"gpu": "num_gpus", "cpu": "num_cpus"}.get(res, res)] = value
+        out[member.strip()] = wanted
+    return out

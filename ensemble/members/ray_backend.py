@@ -1,0 +1,283 @@
+"""Members as Ray actors: each member's model and KV caches live in its own process, placed by Ray.
+
+Locally ``ray.init()`` starts a one-node cluster (one process per member on this machine); with an address
+(``ray.init(address="ray://head:10001")`` or ``auto``) the actors go to the cluster's nodes, placed by the
+resources asked for each member (``num_gpus``, a custom resource per host). The coordinator keeps every
+member's text side (tokens, spans, re-sync) and sends an actor only ids and positions; the actor answers with
+the logit rows asked for and what the pass cost.
+
+One actor serves every run that uses its model: each run is a *session* with its own KV cache, so two app
+sessions never share KV state. An actor that dies (its process killed, out of memory) fails the runs using it
+with :class:`~ensemble.errors.MemberDied`; the next run starts a new actor.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache
+from pathlib import Path
+
+import torch
+
+from ..cached import CachedModel, ForwardStats
+from ..errors import Cancelled, EnsembleError, MemberDied
+from .base import Backend
+
+WAIT_STEP_S = 0.05
+"""How often a waiting coordinator thread checks the run's Stop flag while an actor computes."""
+
+
+class MemberActor:
+    """The process side of a member: one model, one :class:`CachedModel` per session (run)."""
+
+    def __init__(self, how: dict, threads: int | None):
+        if threads:
+            torch.set_num_threads(threads)
+        if how["kind"] == "load":
+            from ..models import load, quiet_progress
+
+            loaded = load(how["name"], how["device"], how["dtype"], quiet_progress)
+            self.model, self.device = loaded.model, loaded.device
+        else:
+            self.model, self.device = how["model"], how["device"]
+            self.model.eval()
+        self.sessions: dict[str, CachedModel] = {}
+
+    def ready(self) -> dict:
+        import ray
+
+        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(), "threads": torch.get_num_threads()}
+
+    def _session(self, session: str) -> CachedModel:
+        found = self.sessions.get(session)
+        if found is None:
+            found = self.sessions[session] = CachedModel(self.model, self.device)
+        return found
+
+    @staticmethod
+    def _answer(model: CachedModel, before: ForwardStats, logits: torch.Tensor):
+        after = model.stats
+        cost = (after.passes - before.passes, after.tokens - before.tokens, after.seconds - before.seconds)
+        return logits.cpu().numpy(), cost
+
+    def rows(self, session: str, ids: list[int], positions: list[int]):
+        model = self._session(session)
+        before = ForwardStats(**vars(model.stats))
+        return self._answer(model, before, model.rows(ids, positions))
+
+    def branch(self, session: str, context: list[int], flat: list[int], positions: list[int], mask):
+        model = self._session(session)  # its cache holds exactly the context: score_inline just asked for its logits
+        before = ForwardStats(**vars(model.stats))
+        return self._answer(model, before, model.branch_logits(context, flat, positions, mask))
+
+    def drop(self, session: str) -> None:
+        if session in self.sessions:
+            self.sessions[session].drop()
+
+    def close(self, session: str) -> None:
+        self.sessions.pop(session, None)
+
+    def open_sessions(self) -> int:
+        return len(self.sessions)
+
+
+@cache
+def _actor_class():
+    import ray
+
+    return ray.remote(MemberActor)
+
+
+class _Member:
+    """A started actor and what is known about it."""
+
+    def __init__(self, actor, info: dict, label: str):
+        self.actor, self.info, self.label = actor, info, label
+        self.dead = False
+
+
+class RemoteModel:
+    """The runtime interface of :class:`CachedModel` (``rows``, ``branch_logits``, ``drop``, ``stats``,
+    ``cancel``) over an actor session. It mirrors which ids the actor's cache holds, so a repeated question
+    (the logits after the ids just computed) is answered without a round trip, exactly where the in-process
+    cache answers without a forward pass."""
+
+    def __init__(self, backend: RayBackend, member: _Member):
+        self.backend, self.member = backend, member
+        self.session = uuid.uuid4().hex
+        self.device = torch.device("cpu")
+        self.stats = ForwardStats()
+        self.cancel: threading.Event | None = None
+        self.cache_ids: list[int] = []
+        self._last: torch.Tensor | None = None
+
+    def check_cancel(self) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise Cancelled("Stopped by the user.")
+
+    def _call(self, method: str, *args):
+        import ray
+
+        self.check_cancel()
+        if self.member.dead:
+            raise MemberDied(self.member.label, self.member.info.get("pid"))
+        try:
+            ref = getattr(self.member.actor, method).remote(self.session, *args)
+            while True:
+                done, _ = ray.wait([ref], timeout=WAIT_STEP_S)
+                if done:
+                    array, (passes, tokens, seconds) = ray.get(done[0])
+                    break
+                self.check_cancel()  # Stop: stop waiting now; the actor finishes its one pass on its own
+        except ray.exceptions.RayActorError as exc:
+            self.member.dead = True
+            raise MemberDied(self.member.label, self.member.info.get("pid")) from exc
+        self.stats.passes += passes
+        self.stats.tokens += tokens
+        self.stats.seconds += seconds
+        return torch.from_numpy(array.copy())
+
+    def rows(self, ids, positions) -> torch.Tensor:
+        ids, positions = list(ids), list(positions)
+        last = len(ids) - 1
+        if positions == [last] and self._last is not None and ids == self.cache_ids:
+            return self._last[None]
+        logits = self._call("rows", ids, positions)
+        self.cache_ids = ids
+        self._last = logits[-1] if positions[-1] == last else None
+        return logits
+
+    def branch_logits(self, context, flat: list[int], positions: list[int], mask) -> torch.Tensor:
+        return self._call("branch", list(context), flat, positions, mask)
+
+    def drop(self) -> None:
+        self.cache_ids, self._last = [], None
+        if not self.member.dead:
+            self.member.actor.drop.remote(self.session)
+
+    def close(self) -> None:
+        """Free the session's KV cache in the actor (a run's end)."""
+        if not self.member.dead:
+            with contextlib.suppress(Exception):  # the actor is gone or Ray is shutting down: nothing to free
+                self.member.actor.close.remote(self.session)
+
+
+class RayBackend(Backend):
+    """One Ray actor per model, started on first use and reused by later runs.
+
+    Args:
+        address: a Ray cluster to join (``auto``, ``ray://host:10001``); None starts a local one.
+        resources: per member name, Ray resources for its actor (``{"qwen": {"num_gpus": 1}}``); members not
+            named ask for nothing, so every member fits on a small machine.
+        threads: torch threads per actor (default: this machine's cores shared among the members).
+    """
+
+    name = "ray"
+    parallel = True
+
+    def __init__(self, address: str | None = None, resources: dict | None = None, threads: int | None = None):
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise EnsembleError("The ray backend needs the 'ray' package: pip install ray==2.60.0.") from None
+        self.address, self.resources, self.threads = address, dict(resources or {}), threads
+        self._members: dict[object, _Member] = {}
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="member")
+        self._started_ray = False
+        atexit.register(self.close)
+
+    # -- Ray and actors --------------------------------------------------------------------------------------
+    def _ensure_ray(self) -> None:
+        import ray
+
+        if ray.is_initialized():
+            return
+        # Workers import this package from where the coordinator has it (a cluster's nodes need it at the same
+        # path, e.g. a shared folder, or installed: docs/distributed.md).
+        root = str(Path(__file__).resolve().parents[2])
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+        kwargs = dict(
+            include_dashboard=False, logging_level="ERROR", log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}}
+        )
+        if self.address:
+            ray.init(address=self.address, **kwargs)
+        else:
+            ray.init(num_cpus=os.cpu_count() or 1, **kwargs)
+            self._started_ray = True
+
+    def _how(self, loaded) -> dict:
+        dtype = str(next(loaded.model.parameters()).dtype).removeprefix("torch.")
+        origin = getattr(loaded, "origin", None)
+        if origin:
+            return {"kind": "load", "name": origin, "device": loaded.device, "dtype": dtype}
+        return {"kind": "object", "model": loaded.model, "device": loaded.device}
+
+    def _threads(self) -> int:
+        """Torch threads per actor: as asked, else this machine's cores shared by three members (one each on a
+        2-core machine, where the members then compute side by side instead of taking turns on both cores)."""
+        return self.threads or max(1, (os.cpu_count() or 1) // 3)
+
+    def member(self, loaded) -> _Member:
+        """The live actor of ``loaded``, started (or restarted after a death) when needed."""
+        import ray
+
+        key = getattr(loaded, "origin", None) or id(loaded.model)
+        with self._lock:
+            found = self._members.get(key)
+            if found is not None and not found.dead:
+                return found
+            self._ensure_ray()
+            asked = dict(self.resources.get(loaded.name, {}))
+            wanted = {"num_cpus": asked.pop("num_cpus", 0), "num_gpus": asked.pop("num_gpus", 0), "resources": asked}
+            actor = _actor_class().options(**wanted).remote(self._how(loaded), self._threads())
+            try:
+                info = ray.get(actor.ready.remote())
+            except ray.exceptions.RayActorError as exc:
+                raise EnsembleError(f"Member {loaded.name} could not start: {exc}") from exc
+            found = self._members[key] = _Member(actor, info, loaded.name)
+            return found
+
+    def runtime(self, loaded, name: str) -> RemoteModel:
+        return RemoteModel(self, self.member(loaded))
+
+    def member_info(self) -> dict[str, dict]:
+        """Label -> {pid, node, threads} of the live actors (for the app's status and the fault tests)."""
+        with self._lock:
+            return {m.label: dict(m.info) for m in self._members.values() if not m.dead}
+
+    # -- overlapping work -------------------------------------------------------------------------------------
+    def map_iter(self, fn: Callable, items: Iterable, before: Callable[[], None] | None = None) -> Iterator:
+        futures = []
+        for item in items:
+            if before is not None:
+                before()
+            futures.append(self._pool.submit(fn, item))
+        try:
+            for future in futures:
+                yield future.result()
+        finally:
+            for future in futures:
+                future.cancel()
+
+    def describe(self) -> str:
+        where = self.address or "this machine"
+        return f"ray ({where}, {len(self.member_info())} member process(es))"
+
+    def close(self) -> None:
+        import ray
+
+        with self._lock:
+            for m in self._members.values():
+                with contextlib.suppress(Exception):  # already gone
+                    ray.kill(m.actor)
+            self._members.clear()
+        if self._started_ray and ray.is_initialized():
+            ray.shutdown()
+            self._started_ray = False

@@ -1,0 +1,214 @@
+"""Member backends: Ray actors give token for token the runs of the in-process backend; sessions are isolated;
+a killed member fails the run clearly, keeps the trace so far and is restarted; nothing outlives the process;
+members on two nodes of a cluster give the same output."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ensemble.errors import EnsembleError, MemberDied, SettingsError
+from ensemble.members import make_backend, parse_resources
+from ensemble.methods import EnsembleRun, generate
+from ensemble.settings import Settings
+
+pytest.importorskip("ray")
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPT = "Tom has 3 apples and buys 5 more. How many apples does he have?"
+RUNS = [
+    ("single", {}),
+    ("unite", {}),
+    ("gac", {"gac_gate": None}),
+    ("safe", {"lookahead": 4}),
+    ("safe", {"fusion": "gac", "lookahead": 3}),
+    ("specem", {"segment_len": 6}),
+]
+
+
+def _digest(trace) -> dict:
+    return {
+        "text": trace.text,
+        "decisions": [(r.decision, r.text, r.model, r.start, r.end, r.condition) for r in trace.tokens],
+        "passes": trace.stats.forward_passes,
+        "forward_tokens": trace.stats.forward_tokens,
+        "rounds": [(r.winner, r.accepted_text, r.scores) for r in trace.rounds],
+        "error": trace.error,
+    }
+
+
+@pytest.fixture(scope="module")
+def ray_backend():
+    backend = make_backend("ray", threads=1)
+    yield backend
+    backend.close()
+
+
+@pytest.fixture(scope="module")
+def members(tiny):
+    return [tiny["qwen"], tiny["smollm2"], tiny["gemma3"]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("method", "extra"), RUNS, ids=[f"{m}-{e.get('fusion', '')}" for m, e in RUNS])
+def test_ray_members_give_the_local_output_token_for_token(ray_backend, members, method, extra):
+    settings = Settings(max_new_tokens=24, stop_strings=[], **extra)
+    local = generate(members, PROMPT, method, settings)
+    remote = generate(members, PROMPT, method, settings, backend=ray_backend)
+    assert local.error is None and remote.error is None
+    assert _digest(remote) == _digest(local)
+
+
+@pytest.mark.slow
+def test_sampled_specem_drafts_do_not_depend_on_the_backend(ray_backend, members):
+    settings = Settings(max_new_tokens=20, stop_strings=[], segment_len=5, sample_drafts=True, seed=3)
+    assert _digest(generate(members, PROMPT, "specem", settings, backend=ray_backend)) == _digest(
+        generate(members, PROMPT, "specem", settings)
+    )
+
+
+@pytest.mark.slow
+def test_concurrent_runs_never_share_kv_state(ray_backend, members):
+    """Two runs at once on the same actors (two app sessions) each give their solo run's trace."""
+    jobs = [("safe", "Write a haiku about rain.", {}), ("unite", PROMPT, {})]
+    solo = [_digest(generate(members, p, m, Settings(max_new_tokens=20, stop_strings=[], **e))) for m, p, e in jobs]
+    out: dict[int, dict] = {}
+
+    def work(i: int) -> None:
+        m, p, e = jobs[i]
+        out[i] = _digest(generate(members, p, m, Settings(max_new_tokens=20, stop_strings=[], **e), backend=ray_backend))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert [out[i] for i in range(len(jobs))] == solo
+
+
+@pytest.mark.slow
+def test_stop_ends_a_ray_run_and_keeps_its_trace(ray_backend, members):
+    cancel = threading.Event()
+    job = EnsembleRun(members, PROMPT, "unite", Settings(max_new_tokens=200, stop_strings=[]), cancel=cancel, backend=ray_backend)
+    for i, _ in enumerate(job.events()):
+        if i == 3:
+            cancel.set()
+    assert job.trace.stats.stop_reason == "cancelled"
+    assert 3 <= job.trace.stats.generated_tokens < 10
+
+
+@pytest.mark.slow
+def test_a_killed_member_fails_the_run_clearly_and_the_next_run_restarts_it(ray_backend, members):
+    settings = Settings(max_new_tokens=60, stop_strings=[])
+    generate(members, PROMPT, "unite", Settings(max_new_tokens=2, stop_strings=[]), backend=ray_backend)  # actors up
+    victim = ray_backend.member_info()[members[1].name]["pid"]
+    job = EnsembleRun(members, PROMPT, "unite", settings, backend=ray_backend)
+    with pytest.raises(MemberDied, match=rf"Member {members[1].name}'s process \(pid {victim}\) stopped"):
+        for i, _ in enumerate(job.events()):
+            if i == 4:
+                os.kill(victim, signal.SIGKILL)
+    assert job.trace.stats.stop_reason == "error" and "stopped during the run" in job.trace.error
+    assert job.trace.stats.generated_tokens >= 4  # the trace so far is kept
+    again = generate(members, PROMPT, "unite", Settings(max_new_tokens=8, stop_strings=[]), backend=ray_backend)
+    assert again.error is None and ray_backend.member_info()[members[1].name]["pid"] != victim
+    assert _digest(again) == _digest(generate(members, PROMPT, "unite", Settings(max_new_tokens=8, stop_strings=[])))
+
+
+def _ray_processes() -> set[int]:
+    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    marks = ("raylet", "gcs_server", "ray::", "default_worker.py", "dashboard", "log_monitor")
+    return {int(line.split(None, 1)[0]) for line in out.splitlines() if any(m in line for m in marks)}
+
+
+@pytest.mark.slow
+def test_no_ray_process_outlives_the_coordinator(tmp_path):
+    """A coordinator (CLI-like script) that starts Ray, runs on actors and exits leaves nothing behind."""
+    script = tmp_path / "coordinator.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import sys
+            sys.path.insert(0, {str(ROOT)!r})
+            sys.path.insert(0, {str(ROOT / "tests")!r})
+            from conftest import _tiny, unpack_tokenizer_fixture
+            from ensemble import models
+            from ensemble.members import make_backend
+            from ensemble.methods import generate
+            from ensemble.settings import Settings
+            folder = unpack_tokenizer_fixture("smollm2", __import__("pathlib").Path({str(tmp_path)!r}) / "tok")
+            tok = models.load_saved_tokenizer(folder)
+            m = models.wrap("tiny-smollm2", _tiny("smollm2", tok), tok)
+            trace = generate([m], "Hi", "single", Settings(max_new_tokens=4, stop_strings=[]), backend=make_backend("ray", threads=1))
+            print("tokens", trace.stats.generated_tokens, flush=True)
+            """
+        )
+    )
+    before = _ray_processes()
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0 and "tokens 4" in done.stdout, done.stderr[-2000:]
+    deadline = time.time() + 30
+    while (left := _ray_processes() - before) and time.time() < deadline:
+        time.sleep(0.5)
+    assert not left, subprocess.run(["ps", "-o", "pid,args", "-p", ",".join(map(str, left))], capture_output=True, text=True).stdout
+
+
+@pytest.mark.slow
+def test_members_on_two_cluster_nodes_give_the_local_output(members, ray_backend):
+    """A two-node Ray cluster on this machine (``ray.cluster_utils.Cluster``), each node with its own custom
+    resource; members are pinned to different nodes and the run equals the in-process one."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from ensemble.members.ray_backend import RayBackend
+
+    ray_backend.close()  # one Ray connection per process: leave the local cluster first
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"node_a": 1}})
+    cluster.add_node(num_cpus=1, resources={"node_b": 1})
+    cluster.wait_for_nodes()
+    backend = RayBackend(
+        address=cluster.address,
+        # an actor holds what it asks for while it lives: two members share node_b with half of it each
+        resources={members[0].name: {"node_a": 1}, members[1].name: {"node_b": 0.5}, members[2].name: {"node_b": 0.5}},
+        threads=1,
+    )
+    try:
+        settings = Settings(max_new_tokens=16, stop_strings=[], lookahead=4)
+        remote = generate(members, PROMPT, "safe", settings, backend=backend)
+        info = backend.member_info()
+        assert info[members[0].name]["node"] != info[members[1].name]["node"] == info[members[2].name]["node"]
+        assert _digest(remote) == _digest(generate(members, PROMPT, "safe", settings))
+    finally:
+        backend.close()
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def test_member_resources_parse_and_bad_ones_are_clear():
+    assert parse_resources("qwen=gpu:1, gemma3=cpu:2+node_b:1,smollm2=node_c") == {
+        "qwen": {"num_gpus": 1.0},
+        "gemma3": {"num_cpus": 2.0, "node_b": 1.0},
+        "smollm2": {"node_c": 1.0},
+    }
+    for bad in ("qwen", "qwen=", "=gpu:1", "qwen=gpu:x", "qwen=gpu:-1"):
+        with pytest.raises(EnsembleError):
+            parse_resources(bad)
+    with pytest.raises(EnsembleError, match="Unknown backend 'mpi'"):
+        make_backend("mpi")
+
+
+def test_cli_refuses_ray_flags_without_the_ray_backend():
+    from ensemble.cli.options import backend_from_args
+
+    class Args:
+        backend, ray_address, member_resources, member_threads = "local", None, "qwen=gpu:1", None
+
+    with pytest.raises(SettingsError, match="need --backend ray"):
+        backend_from_args(Args())
