@@ -45,6 +45,17 @@ def _digest(trace) -> dict:
     }
 
 
+def _assert_same(remote, local, method: str, drafter: str) -> None:
+    """Same text, decisions, rounds and forward passes; pipelined SAFE's drafter also drafted ahead (a round
+    that ends in a replacement discards that draft), so its passes may only be more."""
+    mine, theirs = _digest(remote), _digest(local)
+    if method == "safe":
+        for key in ("passes", "forward_tokens"):
+            assert mine[key].pop(drafter) >= theirs[key].pop(drafter)
+        assert all("overlap_s" in r.timings and "ahead_tokens" in r.details for r in remote.rounds)
+    assert mine == theirs
+
+
 @pytest.fixture(scope="module")
 def ray_backend():
     backend = make_backend("ray", threads=1)
@@ -64,7 +75,20 @@ def test_ray_members_give_the_local_output_token_for_token(ray_backend, members,
     local = generate(members, PROMPT, method, settings)
     remote = generate(members, PROMPT, method, settings, backend=ray_backend)
     assert local.error is None and remote.error is None
-    assert _digest(remote) == _digest(local)
+    _assert_same(remote, local, method, members[0].name)
+
+
+@pytest.mark.slow
+def test_pipelined_safe_takes_the_draft_made_ahead_when_a_round_is_accepted_whole(ray_backend, tiny):
+    """Identical copies agree on every token, so every round is accepted whole: from round 2 on, each draft is
+    the one made while the previous round verified, and nothing is drafted twice."""
+    copies = [tiny["qwen"], tiny["qwen"], tiny["qwen"]]
+    settings = Settings(max_new_tokens=30, stop_strings=[], lookahead=5)
+    local = generate(copies, PROMPT, "safe", settings)
+    remote = generate(copies, PROMPT, "safe", settings, backend=ray_backend)
+    assert remote.text == local.text and remote.stats.et_ratio == 0
+    assert [r.details["drafted_ahead"] for r in remote.rounds] == [False] + [True] * (len(remote.rounds) - 1)
+    assert remote.stats.forward_passes == local.stats.forward_passes
 
 
 @pytest.mark.slow
@@ -79,7 +103,9 @@ def test_sampled_specem_drafts_do_not_depend_on_the_backend(ray_backend, members
 def test_concurrent_runs_never_share_kv_state(ray_backend, members):
     """Two runs at once on the same actors (two app sessions) each give their solo run's trace."""
     jobs = [("safe", "Write a haiku about rain.", {}), ("unite", PROMPT, {})]
-    solo = [_digest(generate(members, p, m, Settings(max_new_tokens=20, stop_strings=[], **e))) for m, p, e in jobs]
+    solo = [
+        _digest(generate(members, p, m, Settings(max_new_tokens=20, stop_strings=[], **e), backend=ray_backend)) for m, p, e in jobs
+    ]
     out: dict[int, dict] = {}
 
     def work(i: int) -> None:
@@ -184,7 +210,7 @@ def test_members_on_two_cluster_nodes_give_the_local_output(members, ray_backend
         remote = generate(members, PROMPT, "safe", settings, backend=backend)
         info = backend.member_info()
         assert info[members[0].name]["node"] != info[members[1].name]["node"] == info[members[2].name]["node"]
-        assert _digest(remote) == _digest(generate(members, PROMPT, "safe", settings))
+        _assert_same(remote, generate(members, PROMPT, "safe", settings), "safe", members[0].name)
     finally:
         backend.close()
         ray.shutdown()
@@ -212,3 +238,12 @@ def test_cli_refuses_ray_flags_without_the_ray_backend():
 
     with pytest.raises(SettingsError, match="need --backend ray"):
         backend_from_args(Args())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fusion", ["unite", "gac"])
+def test_pipelined_safe_with_another_drafter_and_two_members(ray_backend, tiny, fusion):
+    pair = [tiny["gemma3"], tiny["smollm2"]]
+    settings = Settings(max_new_tokens=24, stop_strings=[], lookahead=3, fusion=fusion, drafter=tiny["smollm2"].name)
+    remote = generate(pair, PROMPT, "safe", settings, backend=ray_backend)
+    _assert_same(remote, generate(pair, PROMPT, "safe", settings), "safe", tiny["smollm2"].name)

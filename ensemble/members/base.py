@@ -29,6 +29,13 @@ class Backend:
         """``[fn(x) for x in items]``, possibly at the same time; results in input order."""
         return list(self.map_iter(fn, items))
 
+    def submit(self, fn: Callable[[T], R], items: Iterable[T]) -> Callable[[], list[R]]:
+        """Start ``fn`` over ``items`` and return a function that waits for the results (in input order). In
+        process the work is done here, before this returns; a process backend returns at once, so the caller
+        can work meanwhile (SAFE drafts the next round while the verifiers verify)."""
+        results = self.map(fn, items)
+        return lambda: results
+
     def map_iter(self, fn: Callable[[T], R], items: Iterable[T], before: Callable[[], None] | None = None) -> Iterator[R]:
         """Results of ``fn`` over ``items`` in input order, each as soon as it and those before it are done.
         ``before`` runs before each item is started (the run's cancel check)."""

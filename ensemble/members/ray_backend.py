@@ -253,6 +253,10 @@ class RayBackend(Backend):
             return {m.label: dict(m.info) for m in self._members.values() if not m.dead}
 
     # -- overlapping work -------------------------------------------------------------------------------------
+    def submit(self, fn: Callable, items: Iterable) -> Callable[[], list]:
+        futures = [self._pool.submit(fn, item) for item in items]
+        return lambda: [f.result() for f in futures]
+
     def map_iter(self, fn: Callable, items: Iterable, before: Callable[[], None] | None = None) -> Iterator:
         futures = []
         for item in items:

@@ -67,6 +67,15 @@ class Draft:
 
 
 @dataclass
+class Ahead:
+    """A draft made ahead (pipelining): its length asked, the tokens with their logits, the ids appended."""
+
+    n: int
+    tokens: list[tuple[int, torch.Tensor]]
+    ids: list[int]
+
+
+@dataclass
 class Verdict:
     """The decision on one draft token; ``replace``: the fused key that replaces it (ends the round)."""
 
@@ -103,14 +112,19 @@ def run_safe(run: Run) -> Iterator:
     while run.budget_left > 0:
         run.check_cancel()
         t0 = time.perf_counter()
-        draft = safe.draft()  # 1. Draft: up to n tokens from the drafter's cache
+        # 1. Draft: up to n tokens from the drafter's cache (or the draft made while the last round verified)
+        carried = safe.carried()
+        draft = carried or safe.draft()
         t1 = time.perf_counter()
-        edges = safe.verify(draft)  # 2. Verify: one pass per verifier over response + draft
+        edges, overlap = safe.verify(draft)  # 2. Verify: one pass per verifier over response + draft
         t2 = time.perf_counter()
         verdicts = safe.decide(draft, edges)  # 3. Decide each draft token at its left boundary
         ended = safe.commit(draft, verdicts, round_index)  # 4. Commit: accepted prefix (+ fused key)
-        timings = {"draft_s": t1 - t0, "verify_s": t2 - t1, "decide_s": time.perf_counter() - t2}
-        yield run.add_round(safe.round_record(draft, verdicts, ended, round_index, timings))
+        timings = {"draft_s": t1 - t0, "verify_s": t2 - t1, "decide_s": time.perf_counter() - t2, **overlap}
+        record = safe.round_record(draft, verdicts, ended, round_index, timings)
+        if safe.pipelined:
+            record.details.update(drafted_ahead=carried is not None, ahead_tokens=len(safe.ahead.tokens) if safe.ahead else 0)
+        yield run.add_round(record)
         round_index += 1
         # 5. Stop on a stop string or an accepted end of sequence; else the next round
         if run.check_stop():
@@ -142,6 +156,11 @@ class Safe:
         )
         self.chooser = Chooser(settings.temperature, settings.top_p, settings.seed)
         self.gate = settings.gac_gate if settings.fusion == "gac" else None
+        # Draft round r+1 while round r verifies: only where members compute at the same time, and greedy (a
+        # sampled draft made early would draw from the generator in another order than the sequential run).
+        self.pipelined = run.backend.parallel and self.chooser.greedy and bool(self.verifiers)
+        self.ahead: Ahead | None = None
+        self.whole = False  # the last round accepted its draft whole and did not end
 
     # -- 1. Draft ------------------------------------------------------------------------------------------
     def draft(self) -> Draft:
@@ -152,17 +171,61 @@ class Safe:
         return Draft(base, first, tokens, drafter.text[base:], eos)
 
     # -- 2. Verify -----------------------------------------------------------------------------------------
-    def verify(self, draft: Draft) -> Edges:
+    def verify(self, draft: Draft) -> tuple[Edges, dict]:
         """Each verifier tokenizes response + draft its own way; one forward pass gives its next-token
-        distribution at every boundary it shares with the drafter (only those can be decided by distributions)."""
+        distribution at every boundary it shares with the drafter (only those can be decided by distributions).
+
+        The verifiers run at once on a process backend; pipelined, the drafter meanwhile drafts the next round
+        as if this draft were accepted whole (:meth:`draft_ahead`). Returns the edges and, pipelined, how long
+        drafting ahead took and how long it overlapped the verification."""
         drafter = self.drafter
         for v in self.verifiers:
             v.follow(drafter)  # same tokenizer: condition on the drafter's very tokens
         wanted = {drafter.token_start(draft.first + j) for j in range(len(draft.tokens))}
         for v in self.verifiers:
             wanted &= set(v.boundaries_from(draft.base))
-        rows = self.run.backend.map(lambda v: v.distributions_from(draft.base, wanted), self.verifiers)  # verifiers at once
-        return {v.name: {b: (tok, row) for b, tok, row in found} for v, found in zip(self.verifiers, rows, strict=True)}
+
+        def job(v: ModelAdapter):
+            return v.distributions_from(draft.base, wanted), time.perf_counter()
+
+        started = time.perf_counter()
+        wait = self.run.backend.submit(job, self.verifiers)
+        self.ahead = self.draft_ahead(draft)
+        drafted = time.perf_counter()
+        rows = wait()
+        edges = {v.name: {b: (tok, row) for b, tok, row in found} for v, (found, _) in zip(self.verifiers, rows, strict=True)}
+        if not self.pipelined:
+            return edges, {}
+        verified = max((t for _, t in rows), default=started)
+        return edges, {"ahead_s": drafted - started, "overlap_s": max(0.0, min(drafted, verified) - started)}
+
+    def draft_ahead(self, draft: Draft) -> Ahead | None:
+        """Pipelining (on a process backend, greedy): the next round's draft, made from the end of this one
+        while the verifiers compute. The drafter is put back at the end of this draft afterwards, so deciding
+        and committing see exactly the state they see without pipelining; the next round takes the draft
+        only if this one was accepted whole (:meth:`carried`), so the output is token for token the same."""
+        if not self.pipelined or draft.eos:
+            return None
+        n = min(self.run.settings.lookahead, self.run.budget_left - len(draft.tokens))
+        if n <= 0:
+            return None
+        end = len(self.drafter.ids)
+        tokens = self.drafter.draft(n, self.chooser)
+        ids = self.drafter.ids[end:]
+        self.drafter.truncate_tokens(end)  # its cache keeps the drafted tokens for when they are taken
+        return Ahead(n, tokens, ids)
+
+    def carried(self) -> Draft | None:
+        """The draft made ahead, when the last round accepted its draft whole and this round's draft would have
+        the same length; else None (a fresh draft is made)."""
+        ahead, self.ahead = self.ahead, None
+        run, drafter = self.run, self.drafter
+        if ahead is None or not self.whole or ahead.n != min(run.settings.lookahead, run.budget_left):
+            return None
+        base, first = len(run.text), len(drafter.ids)
+        drafter.append_ids(ahead.ids)
+        eos = bool(ahead.tokens) and drafter.keys.key(ahead.tokens[-1][0]) == EOS_KEY
+        return Draft(base, first, ahead.tokens, drafter.text[base:], eos)
 
     # -- 3. Decide -----------------------------------------------------------------------------------------
     def decide(self, draft: Draft, edges: Edges) -> list[Verdict]:
@@ -273,6 +336,7 @@ class Safe:
         last = verdicts[-1]
         replaced = last.replace is not None
         accepted = len(verdicts) - (1 if replaced or (draft.eos and len(verdicts) == len(draft.tokens)) else 0)
+        self.whole = not replaced and not draft.eos and accepted == len(draft.tokens)
         drafter.truncate_tokens(draft.first + accepted)  # the drafter keeps its own ids for accepted tokens
         for j, verdict in enumerate(verdicts[:accepted]):
             run.add_model_tokens(
