@@ -21,7 +21,7 @@ PROMPTS = [
     "Sofia went to Plovdiv in 1999 and to Veliko Tarnovo in 2004. Write two sentences about her trips.",
     "Write a Python function that returns the n-th Fibonacci number.",
 ]
-SECTIONS = ("load", "single", "retokenize", "methods", "reasoning", "specem")
+SECTIONS = ("load", "single", "retokenize", "methods", "reasoning", "specem", "backends")
 DEFAULT_DATA = "../shared/data/gsm8k/test.jsonl"
 """The shared GSM8K test set, relative to the repository root (``ENSEMBLE_LENS_GSM8K`` overrides it)."""
 
@@ -188,7 +188,48 @@ def _measure(models: list, prompts: list[str], plan: list[tuple], repeat: int) -
             "rounds": sum(t.stats.rounds for t in traces),
             "first_token_s": round(sum(first) / len(first), 3) if first else None,
             "peak_rss_mb": peak[label],
+            "member_bytes_per_round": round(
+                sum(sum(t.stats.member_bytes.values()) for t in traces) / max(1, sum(t.stats.rounds or t.stats.generated_tokens for t in traces))
+            ),
+            "overlap_share": _overlap_share(traces),
         }
+    return out
+
+
+def _overlap_share(traces) -> float | None:
+    """Pipelined SAFE: the share of the verification time during which the drafter drafted ahead."""
+    verify = sum(r.timings.get("verify_s", 0.0) + r.timings.get("ahead_s", 0.0) for t in traces for r in t.rounds)
+    overlap = sum(r.timings.get("overlap_s", 0.0) for t in traces for r in t.rounds)
+    return round(overlap / verify, 3) if overlap and verify else None
+
+
+def bench_backends(models: list, prompts: list[str], budget: int, lookahead: int, repeat: int, backends: dict) -> dict:
+    """Every method on each member backend, side by side in one interleaved run: time per token against the
+    drafter alone (in process), each backend against the local one, bytes crossing per round or step."""
+    base = {"max_new_tokens": budget}
+    plan = [("drafter_alone", "single", base, {})]
+    for name, backend in backends.items():
+        run = {"backend": backend}
+        if name != "local":
+            plan.append((f"drafter_alone@{name}", "single", base, run))
+        plan += [
+            (f"unite@{name}", "unite", base, run),
+            (f"safe_unite@{name}", "safe", {**base, "lookahead": lookahead, "fusion": "unite"}, run),
+            (f"safe_gac@{name}", "safe", {**base, "lookahead": lookahead, "fusion": "gac"}, run),
+            (f"specem@{name}", "specem", base, run),
+        ]
+    out = _measure(models, prompts, plan, repeat)
+    drafter = out["drafter_alone"]["s_per_token"]
+    for label, row in out.items():
+        row["ratio_to_drafter"] = round(row["s_per_token"] / drafter, 3)
+        row["forward_only_ratio"] = round(sum(row["forward_s_per_token"].values()) / drafter, 3)
+        method, _, where = label.partition("@")
+        local = out.get(f"{method}@local")
+        if where and where != "local" and local:
+            row["speedup_over_local"] = round(local["s_per_token"] / row["s_per_token"], 3)
+        log(f"{label}: {row['s_per_token']:.4f} s/token, x{row['ratio_to_drafter']:.3f} of the drafter alone")
+    out["targets"] = {"safe_ratio_max": 1.3, "unite_and_specem_speedup_min": 1.3}
+    out["backends"] = {name: b.describe() for name, b in backends.items()}
     return out
 
 
@@ -326,6 +367,20 @@ def format_report(report: dict) -> str:
                 f"     {r['first_token_s'] if r['first_token_s'] is not None else '-':>8}   {r['tokens']}"
             )
         lines.append("  (discarded: SAFE's draft tokens after a replacement; SpecEM's drafted counts every model's segments)")
+    if "backends" in report:
+        b = report["backends"]
+        d = b["data"]
+        lines.append(f"\nmember backends {b['backends']} on {d['questions']} GSM8K question(s), {d['max_new_tokens']} new tokens")
+        lines.append("  method@backend       s/token  ratio-to-drafter  speedup-over-local  E/T   first-token-s  bytes/round  overlap")
+        for label, r in b.items():
+            if label in ("targets", "data", "backends"):
+                continue
+            lines.append(
+                f"  {label:<19} {r['s_per_token']:>7.4f}  {r['ratio_to_drafter']:>8.3f}          {r.get('speedup_over_local', '-'):>8}"
+                f"       {r['et_ratio']:>6.3f}  {r['first_token_s'] if r['first_token_s'] is not None else '-':>8}"
+                f"  {r['member_bytes_per_round']:>11,}  {r['overlap_share'] if r['overlap_share'] is not None else '-'}"
+            )
+        lines.append(f"  targets: {b['targets']}")
     if "specem" in report:
         r = report["specem"]
         lines.append(

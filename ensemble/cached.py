@@ -25,6 +25,7 @@ class ForwardStats:
     passes: int = 0
     tokens: int = 0
     seconds: float = 0.0
+    bytes: int = 0  # sent to and received from a member process (0 in process)
 
 
 class CachedModel:
@@ -92,9 +93,19 @@ class CachedModel:
         return logits
 
     @torch.inference_mode()
-    def branch_logits(self, context: Sequence[int], flat: list[int], positions: list[int], mask) -> torch.Tensor:
-        """Logits at every token of ``flat`` run after the cached ``context`` with explicit position ids and
-        attention mask (several branches side by side); the cache is cropped back to ``context`` afterwards."""
+    def branch_scores(self, flat: list[int], positions: list[int], mask, targets: list[int]) -> torch.Tensor:
+        """Run ``flat`` after the cached context with explicit position ids and attention mask (several
+        branches side by side) and return, for each of its positions, the log-probability and the raw logit
+        of the token in ``targets`` there: a ``[2, len(flat)]`` tensor. Only these numbers leave the model (a
+        member process sends a few hundred bytes, not a vocabulary row per token). The cache is cropped back
+        to the context afterwards."""
+        logits = self._branch_logits(flat, positions, mask)
+        index = torch.tensor(targets, dtype=torch.long, device=logits.device)[:, None]
+        raw = logits.gather(1, index)[:, 0]
+        logp = torch.log_softmax(logits, dim=-1).gather(1, index)[:, 0]
+        return torch.stack([logp, raw])
+
+    def _branch_logits(self, flat: list[int], positions: list[int], mask) -> torch.Tensor:
         self.check_cancel()
         t0 = time.perf_counter()
         out = self.model(

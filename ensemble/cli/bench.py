@@ -10,6 +10,7 @@ from ..bench import (
     DEFAULT_DATA,
     PROMPTS,
     SECTIONS,
+    bench_backends,
     bench_load,
     bench_methods,
     bench_retokenize,
@@ -38,6 +39,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--specem-long", type=int, default=400, help="long SpecEM run for the linear-cost check")
     p.add_argument("--dtype", default="auto", help="auto (bfloat16 on CPUs with native bf16, else float32) | float32 | bfloat16")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--backends", default="local,ray", help="member backends the backends section compares (local,ray)")
+    p.add_argument("--member-threads", type=int, default=None, help="torch threads per member process (default: cores / 3)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
 
@@ -50,7 +53,16 @@ def cmd_bench(args) -> int:
     if unknown:
         raise SettingsError(f"Unknown bench section(s) {unknown}; choose from {', '.join(SECTIONS)}.")
     prompts = PROMPTS[: max(1, min(args.prompts, len(PROMPTS)))]
-    data, reasoning = reasoning_prompts(args.data, args.limit, args.seed) if "reasoning" in sections else (None, [])
+    wants_data = "reasoning" in sections or "backends" in sections
+    data, reasoning = reasoning_prompts(args.data, args.limit, args.seed) if wants_data else (None, [])
+    backends = {}
+    if "backends" in sections:
+        from ..members import BACKENDS, make_backend
+
+        for name in [b.strip() for b in args.backends.split(",") if b.strip()]:
+            if name not in BACKENDS:
+                raise SettingsError(f"Unknown backend {name!r} in --backends; choose from {', '.join(BACKENDS)}.")
+            backends[name] = make_backend(name, threads=args.member_threads)
     import torch
 
     report: dict = {
@@ -75,6 +87,10 @@ def cmd_bench(args) -> int:
         report["reasoning"] = bench_methods(ordered, reasoning, args.reasoning_tokens, args.lookahead, args.repeat, specem=True)
         report["reasoning"]["data"] = {"path": data, "questions": len(reasoning), "seed": args.seed,
                                        "max_new_tokens": args.reasoning_tokens}
+    if "backends" in sections and len(ordered) > 1:
+        report["backends"] = bench_backends(ordered, reasoning, args.reasoning_tokens, args.lookahead, args.repeat, backends)
+        report["backends"]["data"] = {"path": data, "questions": len(reasoning), "seed": args.seed,
+                                      "max_new_tokens": args.reasoning_tokens}
     if "specem" in sections and len(ordered) > 1:
         report["specem"] = bench_specem(ordered, prompts, args.max_new_tokens, args.specem_long, args.repeat)
     if args.json:

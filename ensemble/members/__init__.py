@@ -2,7 +2,7 @@
 
 A run's methods talk to every member through a :class:`~ensemble.adapter.ModelAdapter`: the text side
 (:class:`~ensemble.response.ResponseTokens`) always lives in the coordinating process, the model side (a
-*runtime* with ``rows``/``branch_logits``/``drop``) lives where the backend puts it:
+*runtime* with ``rows``/``branch_scores``/``drop``) lives where the backend puts it:
 
 - :class:`LocalBackend`: in this process, one member after another (today's behaviour; for environments where
   separate processes do not fit, such as a ZeroGPU Space).

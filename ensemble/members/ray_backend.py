@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import pickle
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -71,10 +72,10 @@ class MemberActor:
         before = ForwardStats(**vars(model.stats))
         return self._answer(model, before, model.rows(ids, positions))
 
-    def branch(self, session: str, context: list[int], flat: list[int], positions: list[int], mask):
+    def branch(self, session: str, flat: list[int], positions: list[int], mask, targets: list[int]):
         model = self._session(session)  # its cache holds exactly the context: score_inline just asked for its logits
         before = ForwardStats(**vars(model.stats))
-        return self._answer(model, before, model.branch_logits(context, flat, positions, mask))
+        return self._answer(model, before, model.branch_scores(flat, positions, mask, targets))
 
     def drop(self, session: str) -> None:
         if session in self.sessions:
@@ -103,7 +104,7 @@ class _Member:
 
 
 class RemoteModel:
-    """The runtime interface of :class:`CachedModel` (``rows``, ``branch_logits``, ``drop``, ``stats``,
+    """The runtime interface of :class:`CachedModel` (``rows``, ``branch_scores``, ``drop``, ``stats``,
     ``cancel``) over an actor session. It mirrors which ids the actor's cache holds, so a repeated question
     (the logits after the ids just computed) is answered without a round trip, exactly where the in-process
     cache answers without a forward pass."""
@@ -127,6 +128,7 @@ class RemoteModel:
         self.check_cancel()
         if self.member.dead:
             raise MemberDied(self.member.label, self.member.info.get("pid"))
+        self.stats.bytes += len(pickle.dumps(args, protocol=5))  # what this call sends (ids, positions, a mask)
         try:
             ref = getattr(self.member.actor, method).remote(self.session, *args)
             while True:
@@ -141,6 +143,7 @@ class RemoteModel:
         self.stats.passes += passes
         self.stats.tokens += tokens
         self.stats.seconds += seconds
+        self.stats.bytes += array.nbytes
         return torch.from_numpy(array.copy())
 
     def rows(self, ids, positions) -> torch.Tensor:
@@ -153,8 +156,8 @@ class RemoteModel:
         self._last = logits[-1] if positions[-1] == last else None
         return logits
 
-    def branch_logits(self, context, flat: list[int], positions: list[int], mask) -> torch.Tensor:
-        return self._call("branch", list(context), flat, positions, mask)
+    def branch_scores(self, flat: list[int], positions: list[int], mask, targets: list[int]) -> torch.Tensor:
+        return self._call("branch", flat, positions, mask, targets)
 
     def drop(self) -> None:
         self.cache_ids, self._last = [], None

@@ -31,18 +31,16 @@ def score_inline(adapter: ModelAdapter, context: int, blocks: list[list[int]]) -
         offsets.append(len(positions))
         positions.extend(range(ctx, ctx + len(block)))
     mask = inline_mask(adapter.model, ctx, blocks, adapter.runtime.device)
-    logits = adapter.runtime.branch_logits(adapter.all_ids(), flat, positions, mask)
-    logp = torch.log_softmax(logits, dim=-1)
+    # The row after each block token scores the block's next token (the last one's row scores nothing).
+    targets = [block[i + 1] if i + 1 < len(block) else 0 for block in blocks for i in range(len(block))]
+    logp, raw = adapter.runtime.branch_scores(flat, positions, mask, targets).tolist()
     results = []
     for block, off in zip(blocks, offsets, strict=True):
-        lps, raws = [], []
-        for i, token in enumerate(block):
-            if i == 0:
-                lps.append(float(first_logp[token]))
-                raws.append(float(first[token]))
-            else:
-                lps.append(float(logp[off + i - 1, token]))
-                raws.append(float(logits[off + i - 1, token]))
+        if not block:
+            results.append(([], []))
+            continue
+        lps = [float(first_logp[block[0]])] + logp[off : off + len(block) - 1]
+        raws = [float(first[block[0]])] + raw[off : off + len(block) - 1]
         results.append((lps, raws))
     return results
 
