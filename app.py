@@ -20,6 +20,7 @@ import visual
 from ensemble.access import check_offered
 from ensemble.align import compare
 from ensemble.errors import EnsembleError, InputError, TraceFormatError
+from ensemble.members import backend_from_env
 from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
 from ensemble.methods.base import clean_prompt
 from ensemble.models import DEFAULT_MODELS, EMBEDDED, GPU_PRESETS, ModelPool
@@ -37,7 +38,8 @@ except ImportError:  # pragma: no cover - depends on the platform
     gpu = lambda fn: fn  # noqa: E731
 
 DEVICE = os.environ.get("ENSEMBLE_LENS_DEVICE", "cpu")
-POOL = ModelPool(device=DEVICE)
+BACKEND, BACKEND_WHY = backend_from_env(DEVICE)  # ENSEMBLE_LENS_BACKEND=local|ray|auto (auto: ray on 2+ CPU cores)
+POOL = ModelPool(device=DEVICE, backend=BACKEND)
 QUEUE_SIZE = int(os.environ.get("ENSEMBLE_LENS_QUEUE", "16"))
 RUN_CONCURRENCY = int(os.environ.get("ENSEMBLE_LENS_CONCURRENCY", "2"))
 STREAM_INTERVAL = 0.2  # seconds between streamed updates (about 5 per second)
@@ -103,6 +105,12 @@ def load_models(names: list[str], progress=None) -> list:
     return POOL.get_many(names, report)  # one run's models never evict each other from the pool's budget
 
 
+def _backend_for(models: list):
+    """A single model runs in process when its weights are here (a member process would only add a round trip
+    per token); on a process backend this process holds no weights, so everything runs there."""
+    return POOL.backend if len(models) > 1 or not POOL.weights else None
+
+
 def _final_views(trace: RunTrace, strip: str, status: str) -> RunView:
     """Every view of a finished (or uploaded) trace."""
     specem = bool(trace.method == "specem" and trace.rounds)
@@ -143,7 +151,7 @@ def run_stream(prompt, method, model_names, drafter, settings_values: dict, requ
         settings.validate(method, names)
         yield view
         models = load_models(names, progress)
-        job = EnsembleRun(models, prompt, method, settings, cancel=cancel)
+        job = EnsembleRun(models, prompt, method, settings, cancel=cancel, backend=_backend_for(models))
     except EnsembleError as exc:
         yield view._replace(strip=visual.error_html(str(exc)), status=visual.status_html(f"⚠️ {exc}"))
         return
@@ -267,7 +275,7 @@ def compare_stream(prompt, methods, model_names, max_new_tokens, request: gr.Req
     cancel.clear()
     traces: dict[str, RunTrace] = {}
     for method in methods:
-        job = EnsembleRun(models, prompt, method, Settings(max_new_tokens=int(max_new_tokens)), cancel=cancel)
+        job = EnsembleRun(models, prompt, method, Settings(max_new_tokens=int(max_new_tokens)), cancel=cancel, backend=_backend_for(models))
         try:
             for _ in job.events():
                 pass
@@ -348,7 +356,7 @@ def run_ensemble(prompt: str, method: str = "safe", models: str = ",".join(DEFAU
         names = _models(models)
         config = build_settings(method, settings or {})
         config.validate(method, names)
-        job = EnsembleRun(load_models(names), prompt, method, config)
+        job = EnsembleRun(models := load_models(names), prompt, method, config, backend=_backend_for(models))
         for _ in job.events():
             pass
     except (EnsembleError, ValueError) as exc:
@@ -461,12 +469,10 @@ def wire_other_tabs(demo: gr.Blocks, run: tabs.RunTab, tok: tabs.TokenizerTab, c
 
 
 def warm_up() -> None:
-    """Load the default models before serving, so the first run streams at once."""
-    for name in DEFAULT_MODELS:
-        try:
-            POOL.get(name)
-        except EnsembleError as exc:
-            print(f"[app] {name} is not available: {exc}", flush=True)
+    """Load the default models (and start their member processes) before serving, so the first run streams at once."""
+    print(f"[app] member backend: {POOL.backend.describe()} ({BACKEND_WHY})", flush=True)
+    for problem in POOL.warm(DEFAULT_MODELS):  # the runs will say so too; the app keeps serving
+        print(f"[app] {problem}", flush=True)
 
 
 demo = build_app()

@@ -93,13 +93,15 @@ class CachedModel:
         return logits
 
     @torch.inference_mode()
-    def branch_scores(self, flat: list[int], positions: list[int], mask, targets: list[int]) -> torch.Tensor:
-        """Run ``flat`` after the cached context with explicit position ids and attention mask (several
-        branches side by side) and return, for each of its positions, the log-probability and the raw logit
-        of the token in ``targets`` there: a ``[2, len(flat)]`` tensor. Only these numbers leave the model (a
-        member process sends a few hundred bytes, not a vocabulary row per token). The cache is cropped back
-        to the context afterwards."""
-        logits = self._branch_logits(flat, positions, mask)
+    def branch_scores(self, ctx: int, blocks: list[list[int]], targets: list[int]) -> torch.Tensor:
+        """Verify-in-line (SpecEM §3.2): run every block after the cached context of ``ctx`` ids in one pass,
+        each block's position ids restarting after the context and a 4-D mask keeping the blocks apart, and
+        return for each block token the log-probability and the raw logit of the token in ``targets`` at its
+        position: a ``[2, tokens]`` tensor. Only these numbers leave the model (a member process sends a few
+        hundred bytes, not a vocabulary row per token). The cache is cropped back to the context afterwards."""
+        flat = [t for block in blocks for t in block]
+        positions = [ctx + i for block in blocks for i in range(len(block))]
+        logits = self._branch_logits(flat, positions, inline_mask(self.model, ctx, blocks, self.device))
         index = torch.tensor(targets, dtype=torch.long, device=logits.device)[:, None]
         raw = logits.gather(1, index)[:, 0]
         logp = torch.log_softmax(logits, dim=-1).gather(1, index)[:, 0]
@@ -123,3 +125,31 @@ class CachedModel:
         self.stats.seconds += time.perf_counter() - t0
         self.stats.passes += 1
         self.stats.tokens += tokens
+
+
+def inline_mask(model, ctx: int, blocks: list[list[int]], device: torch.device):
+    """Additive 4-D masks for verify-in-line (a dict per layer type for models with sliding windows)."""
+    dtype = next(model.parameters()).dtype
+    q = sum(len(b) for b in blocks)
+    allowed = torch.zeros(q, ctx + q, dtype=torch.bool)
+    allowed[:, :ctx] = True
+    key_pos = torch.cat([torch.arange(ctx), torch.cat([torch.arange(ctx, ctx + len(b)) for b in blocks])])
+    query_pos = key_pos[ctx:]
+    row = 0
+    for block in blocks:
+        n = len(block)
+        allowed[row : row + n, ctx + row : ctx + row + n] = torch.ones(n, n, dtype=torch.bool).tril()
+        row += n
+
+    def additive(ok: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(ok.shape, dtype=dtype)
+        out.masked_fill_(~ok, torch.finfo(dtype).min)
+        return out[None, None].to(device)
+
+    config = model.config.get_text_config()
+    layer_types = getattr(config, "layer_types", None) or []
+    if "sliding_attention" not in layer_types:
+        return additive(allowed)
+    window = int(config.sliding_window)
+    near = (query_pos[:, None] - key_pos[None, :]) < window
+    return {"full_attention": additive(allowed), "sliding_attention": additive(allowed & near)}

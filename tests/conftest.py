@@ -23,6 +23,10 @@ settings.load_profile("ensemble")
 # Under pytest-xdist (``make test-fast``) each worker gets one core; alone, the tests use up to two threads.
 torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else max(1, min(2, os.cpu_count() or 1)))
 
+# The app's own pool runs members in process in tests (test_members.py covers the Ray backend; the app would
+# otherwise pick it on a multi-core machine and start member processes for every app test).
+os.environ.setdefault("ENSEMBLE_LENS_BACKEND", "local")
+
 REAL_MODEL_FIXTURES = {"embedded", "app_url"}
 
 

@@ -247,3 +247,39 @@ def test_pipelined_safe_with_another_drafter_and_two_members(ray_backend, tiny, 
     settings = Settings(max_new_tokens=24, stop_strings=[], lookahead=3, fusion=fusion, drafter=tiny["smollm2"].name)
     remote = generate(pair, PROMPT, "safe", settings, backend=ray_backend)
     _assert_same(remote, generate(pair, PROMPT, "safe", settings), "safe", tiny["smollm2"].name)
+
+
+@pytest.mark.slow
+@pytest.mark.embedded
+def test_a_weightless_coordinator_runs_embedded_members_in_their_processes(pool, embedded):
+    """On the Ray backend the coordinator loads tokenizers and configs only (a meta-device skeleton, no memory);
+    each member process loads its model by name, and the run equals the in-process one on loaded models."""
+    from ensemble.models import ModelPool
+
+    backend = make_backend("ray", threads=1)
+    light = ModelPool(dtype="float32", backend=backend)
+    assert not light.weights
+    members = light.get_many(["qwen", "smollm2"])
+    assert all(not m.has_weights and next(m.model.parameters()).is_meta for m in members)
+    assert light.held_bytes() == 0
+    settings = Settings(max_new_tokens=24, stop_strings=[], lookahead=4)
+    remote = generate(members, PROMPT, "safe", settings, backend=backend)
+    local = generate([embedded["qwen"], embedded["smollm2"]], PROMPT, "safe", settings)
+    _assert_same(remote, local, "safe", "qwen")
+    specem = generate(members, PROMPT, "specem", Settings(max_new_tokens=16, stop_strings=[]), backend=backend)
+    assert specem.text == generate([embedded["qwen"], embedded["smollm2"]], PROMPT, "specem", Settings(max_new_tokens=16, stop_strings=[])).text
+
+
+def test_the_backend_named_by_the_environment(monkeypatch):
+    from ensemble.members import backend_from_env
+
+    monkeypatch.setenv("ENSEMBLE_LENS_BACKEND", "ray")
+    assert backend_from_env() == ("ray", "set by ENSEMBLE_LENS_BACKEND")
+    monkeypatch.setenv("ENSEMBLE_LENS_BACKEND", "mpi")
+    name, why = backend_from_env()
+    assert name == "local" and "'mpi' is not one of auto, local, ray" in why
+    monkeypatch.setenv("ENSEMBLE_LENS_BACKEND", "auto")
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert backend_from_env()[0] == "local"
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    assert backend_from_env()[0] == "ray" and backend_from_env("cuda:0")[0] == "local"

@@ -15,7 +15,7 @@ from ..files import file_sha256
 from ..models import DEFAULT_MODELS, ModelPool, resolve
 from ..outputs import check_output_folder
 from .common import models_arg
-from .options import add_engine_options, settings_from_args
+from .options import add_backend_options, add_engine_options, backend_from_args, settings_from_args
 from .report import print_summary, write_html_report
 
 
@@ -39,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_engine_options(p)
+    add_backend_options(p)
     p.set_defaults(func=cmd_evaluate)
 
 
@@ -85,10 +86,13 @@ def cmd_evaluate(args) -> int:
             raise EvaluationError(f"{where}: {exc}") from exc
     questions = load_questions(config.data)
     check_compatible(config.out, config.fingerprint(file_sha256(config.data)))
-    pool = ModelPool(device=args.device, dtype=args.dtype)
+    ensembles = [len(s.model_names(config.models)) for s in specs if s.method != "single"]
+    backend = backend_from_args(args, members=max(ensembles, default=1))
+    # the single:NAME baseline runs in process, so its weights are loaded here too
+    pool = ModelPool(device=args.device, dtype=args.dtype, backend=backend, weights=True if any(s.method == "single" for s in specs) else None)
     loaded = {name: pool.get(name) for name in config.model_names()}
     selected = len(select_questions(questions, config.limit, settings.seed))
     print(f"evaluating {len(specs)} method(s) on {selected} question(s) into {config.out}", file=sys.stderr)
     with _terminate_as_interrupt():
-        run_evaluation(config, loaded, progress=not args.no_progress, write_html=write_html_report)
+        run_evaluation(config, loaded, progress=not args.no_progress, write_html=write_html_report, backend=pool.backend)
     return print_summary(config.out)

@@ -57,7 +57,7 @@ def cmd_generate(args) -> int:
         resolve(name)
     if args.out:
         check_output_file(args.out)
-    backend = backend_from_args(args)
+    backend = backend_from_args(args, members=1 if args.method == "single" else len(names))
     pool = ModelPool(device=args.device, dtype=args.dtype, backend=backend)
     models = pool.get_many(names)
     stop = threading.Event()

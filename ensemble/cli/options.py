@@ -25,33 +25,40 @@ def settings_from_args(args) -> Settings:
 
 def add_backend_options(p: argparse.ArgumentParser) -> None:
     """Where the members compute (see :mod:`ensemble.members` and docs/distributed.md)."""
-    from ..members import BACKENDS
+    from ..members import BACKEND_ENV, BACKENDS
 
     g = p.add_argument_group("member backend")
     g.add_argument(
         "--backend",
         choices=BACKENDS,
-        default=os.environ.get("ENSEMBLE_LENS_BACKEND") or "local",
-        help="local: members in this process, one after another; ray: one process (Ray actor) per member, "
-        "computing at the same time (default: $ENSEMBLE_LENS_BACKEND or local)",
+        default=os.environ.get(BACKEND_ENV) or "auto",
+        help="local: members in this process, one after another; ray: one process (Ray actor) per member, computing at "
+        f"the same time; auto: ray for an ensemble on a multi-core CPU, else local (default: ${BACKEND_ENV} or auto)",
     )
     g.add_argument("--ray-address", default=None, help="join this Ray cluster (auto, ray://HOST:10001); default: start one here")
     g.add_argument(
         "--member-resources",
         default=None,
         metavar="NAME=RES:N[+RES:N],...",
-        help="Ray resources per member, e.g. qwen=gpu:1,gemma3=node_b:1 (a custom resource pins a host)",
+        help="Ray resources per member, e.g. qwen=gpu:1,gemma3=node_b:0.5 (a custom resource pins a host)",
     )
     g.add_argument("--member-threads", type=int, default=None, help="torch threads per member process (default: cores / 3)")
 
 
-def backend_from_args(args):
-    """The backend the flags of :func:`add_backend_options` ask for (checked before any model loads)."""
-    from ..members import make_backend, parse_resources
+def backend_from_args(args, members: int = 3):
+    """The backend the flags of :func:`add_backend_options` ask for (checked before any model loads). For
+    ``auto`` the choice and its reason go to stderr; ``members`` is how many models compute in one run."""
+    import sys
+
+    from ..members import auto_backend, make_backend, parse_resources
 
     if args.member_threads is not None and args.member_threads < 1:
         raise SettingsError("--member-threads must be at least 1.")
     resources = parse_resources(args.member_resources)
     if args.backend == "local" and (resources or args.ray_address):
         raise SettingsError("--ray-address and --member-resources need --backend ray.")
-    return make_backend(args.backend, args.ray_address, resources, args.member_threads)
+    device = getattr(args, "device", "cpu")
+    if args.backend == "auto" and not (resources or args.ray_address):
+        name, why = auto_backend(device, members)
+        print(f"[ensemble] member backend: {name} ({why})", file=sys.stderr)
+    return make_backend(args.backend, args.ray_address, resources, args.member_threads, device=device, members=members)

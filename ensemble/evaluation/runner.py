@@ -58,7 +58,9 @@ def _as_model_map(models) -> dict:
     return {m.name: m for m in models}
 
 
-def run_evaluation(config: EvalConfig, models, progress: bool = True, write_html: HtmlWriter | None = None) -> list[dict]:
+def run_evaluation(
+    config: EvalConfig, models, progress: bool = True, write_html: HtmlWriter | None = None, backend=None
+) -> list[dict]:
     """Evaluate every method on the selected questions, resuming what ``config.out`` already holds.
 
     Args:
@@ -68,6 +70,8 @@ def run_evaluation(config: EvalConfig, models, progress: bool = True, write_html
         progress: show a tqdm progress bar with ETA on stderr.
         write_html: called with (folder, summary, meta) once a complete or stopped run has written its summary;
             the command line passes the writer of ``report.html`` (:func:`ensemble.cli.report.write_html_report`).
+        backend: where the ensemble methods' members compute (:mod:`ensemble.members`); ``single:NAME`` runs
+            in process, so it stays the baseline every ratio is taken against.
 
     Returns:
         The summary rows (also written to ``summary.csv``).
@@ -84,13 +88,13 @@ def run_evaluation(config: EvalConfig, models, progress: bool = True, write_html
     model_info = {n: _model_info(loaded[n]) for n in config.model_names()}
     out.mkdir(parents=True, exist_ok=True)
     with folder_lock(out):
-        summary, meta = _run_locked(config, loaded, out, questions_all, questions, data_sha, model_info, progress)
+        summary, meta = _run_locked(config, loaded, out, questions_all, questions, data_sha, model_info, progress, backend)
         if write_html is not None:
             write_html(out, summary, meta)
     return summary
 
 
-def _run_locked(config, loaded, out, questions_all, questions, data_sha, model_info, progress) -> tuple[list[dict], dict]:
+def _run_locked(config, loaded, out, questions_all, questions, data_sha, model_info, progress, backend=None) -> tuple[list[dict], dict]:
     from .. import methods as engine
 
     old_meta = check_compatible(out, config.fingerprint(data_sha), model_info)
@@ -100,6 +104,7 @@ def _run_locked(config, loaded, out, questions_all, questions, data_sha, model_i
     labels = [s.label for s in config.methods]
     started = _now()
     meta = _meta(config, old_meta, data_sha, len(questions_all), questions, model_info, started)
+    meta["runs"][-1]["backend"] = backend.describe() if backend is not None else "local"  # timings depend on it
     write_json(out / "meta.json", meta)
 
     todo = [(q, s) for q in questions for s in config.methods if (q.qid, s.label) not in done]
@@ -117,7 +122,8 @@ def _run_locked(config, loaded, out, questions_all, questions, data_sha, model_i
                 members = [loaded[n] for n in spec.model_names(config.models)]
                 t0 = time.perf_counter()
                 try:
-                    trace = engine.generate(members, build_prompt(question.question), spec.method, spec.settings(config.settings))
+                    where = None if spec.method == "single" else backend  # the single baseline runs in process
+                    trace = engine.generate(members, build_prompt(question.question), spec.method, spec.settings(config.settings), backend=where)
                     row = make_row(question, spec.label, trace)
                 except Cancelled:
                     raise

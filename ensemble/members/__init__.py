@@ -15,6 +15,15 @@ Both give token-for-token the same output (tested): the methods' decisions do no
 
 from __future__ import annotations
 
-from .base import BACKENDS, Backend, LocalBackend, make_backend, parse_resources
+from .base import BACKEND_ENV, BACKENDS, Backend, LocalBackend, auto_backend, backend_from_env, make_backend, parse_resources
 
-__all__ = ["BACKENDS", "Backend", "LocalBackend", "make_backend", "parse_resources"]
+__all__ = [
+    "BACKENDS",
+    "BACKEND_ENV",
+    "Backend",
+    "LocalBackend",
+    "auto_backend",
+    "backend_from_env",
+    "make_backend",
+    "parse_resources",
+]

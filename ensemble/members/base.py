@@ -12,7 +12,29 @@ from ..errors import EnsembleError
 T = TypeVar("T")
 R = TypeVar("R")
 
-BACKENDS = ("local", "ray")
+BACKENDS = ("auto", "local", "ray")
+BACKEND_ENV = "ENSEMBLE_LENS_BACKEND"
+
+
+def auto_backend(device: str = "cpu", members: int = 3) -> tuple[str, str]:
+    """The backend ``auto`` picks here, and why (printed at startup). Measured (docs/results.md, "Member
+    backends"): on a CPU with two or more cores the members' passes overlap in Ray actors and every ensemble
+    method gets faster; on one core, on a GPU device, in a ZeroGPU Space or without the ``ray`` package the
+    in-process backend is used."""
+    import importlib.util
+    import os
+
+    if members < 2:
+        return "local", "one model: nothing to compute at the same time"
+    if os.environ.get("SPACES_ZERO_GPU"):
+        return "local", "a ZeroGPU Space runs the models inside its GPU function"
+    if device not in (None, "", "cpu"):
+        return "local", f"device {device}: one process keeps the models on the GPU"
+    if (os.cpu_count() or 1) < 2:
+        return "local", "one CPU core: members could not compute at the same time"
+    if importlib.util.find_spec("ray") is None:
+        return "local", "the ray package is not installed"
+    return "ray", f"{os.cpu_count()} CPU cores: members compute at the same time in their own processes"
 
 
 class Backend:
@@ -47,6 +69,10 @@ class Backend:
     def describe(self) -> str:
         return self.name
 
+    def prepare(self, models: list) -> None:
+        """Get ready to run these models (a process backend starts their member processes now, not at the
+        first run)."""
+
     def close(self) -> None:
         """Release what the backend started (processes, clusters)."""
 
@@ -60,6 +86,9 @@ class LocalBackend(Backend):
     def runtime(self, loaded, name: str) -> CachedModel:
         return CachedModel(loaded.model, loaded.device)
 
+    def describe(self) -> str:
+        return "local (members in this process, one after another)"
+
 
 LOCAL = LocalBackend()
 
@@ -67,10 +96,30 @@ _lock = threading.Lock()
 _shared: dict[tuple, Backend] = {}
 
 
+def backend_from_env(device: str = "cpu") -> tuple[str, str]:
+    """The backend ``ENSEMBLE_LENS_BACKEND`` names (default ``auto``, resolved here) and why: the app's choice."""
+    import os
+
+    asked = (os.environ.get(BACKEND_ENV) or "auto").strip()
+    if asked not in BACKENDS:
+        return "local", f"{BACKEND_ENV}={asked[:40]!r} is not one of {', '.join(BACKENDS)}: using local"
+    if asked != "auto":
+        return asked, f"set by {BACKEND_ENV}"
+    return auto_backend(device)
+
+
 def make_backend(
-    name: str = "local", address: str | None = None, resources: dict | None = None, threads: int | None = None
+    name: str = "local",
+    address: str | None = None,
+    resources: dict | None = None,
+    threads: int | None = None,
+    device: str = "cpu",
+    members: int = 3,
 ) -> Backend:
-    """The backend called ``name`` (one per process and configuration: actors are reused across runs)."""
+    """The backend called ``name`` (one per process and configuration: actors are reused across runs);
+    ``auto``: see :func:`auto_backend`."""
+    if name == "auto":
+        name = "ray" if address or resources else auto_backend(device, members)[0]
     if name in (None, "", "local"):
         return LOCAL
     if name != "ray":

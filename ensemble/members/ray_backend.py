@@ -72,10 +72,10 @@ class MemberActor:
         before = ForwardStats(**vars(model.stats))
         return self._answer(model, before, model.rows(ids, positions))
 
-    def branch(self, session: str, flat: list[int], positions: list[int], mask, targets: list[int]):
+    def branch(self, session: str, ctx: int, blocks: list[list[int]], targets: list[int]):
         model = self._session(session)  # its cache holds exactly the context: score_inline just asked for its logits
         before = ForwardStats(**vars(model.stats))
-        return self._answer(model, before, model.branch_scores(flat, positions, mask, targets))
+        return self._answer(model, before, model.branch_scores(ctx, blocks, targets))
 
     def drop(self, session: str) -> None:
         if session in self.sessions:
@@ -156,8 +156,8 @@ class RemoteModel:
         self._last = logits[-1] if positions[-1] == last else None
         return logits
 
-    def branch_scores(self, flat: list[int], positions: list[int], mask, targets: list[int]) -> torch.Tensor:
-        return self._call("branch", flat, positions, mask, targets)
+    def branch_scores(self, ctx: int, blocks: list[list[int]], targets: list[int]) -> torch.Tensor:
+        return self._call("branch", ctx, blocks, targets)
 
     def drop(self) -> None:
         self.cache_ids, self._last = [], None
@@ -191,6 +191,7 @@ class RayBackend(Backend):
             raise EnsembleError("The ray backend needs the 'ray' package: pip install ray==2.60.0.") from None
         self.address, self.resources, self.threads = address, dict(resources or {}), threads
         self._members: dict[object, _Member] = {}
+        self._starting: dict[object, threading.Lock] = {}
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="member")
         self._started_ray = False
@@ -216,10 +217,14 @@ class RayBackend(Backend):
             self._started_ray = True
 
     def _how(self, loaded) -> dict:
-        dtype = str(next(loaded.model.parameters()).dtype).removeprefix("torch.")
-        origin = getattr(loaded, "origin", None)
-        if origin:
-            return {"kind": "load", "name": origin, "device": loaded.device, "dtype": dtype}
+        """How the member process gets its model: loaded by the same name and device (the dtype this process
+        holds, so both backends compute alike; a weightless coordinator passes the dtype asked for, which the
+        member's own node resolves), or the in-memory model itself (pickled: tests' small models)."""
+        if loaded.load_args:
+            name, device, dtype = loaded.load_args
+            if loaded.has_weights:
+                dtype = str(next(loaded.model.parameters()).dtype).removeprefix("torch.")
+            return {"kind": "load", "name": name, "device": device, "dtype": dtype}
         return {"kind": "object", "model": loaded.model, "device": loaded.device}
 
     def _threads(self) -> int:
@@ -231,12 +236,14 @@ class RayBackend(Backend):
         """The live actor of ``loaded``, started (or restarted after a death) when needed."""
         import ray
 
-        key = getattr(loaded, "origin", None) or id(loaded.model)
+        key = loaded.load_args or id(loaded.model)
         with self._lock:
+            self._ensure_ray()
+            lock = self._starting.setdefault(key, threading.Lock())
+        with lock:  # one start per model; different models start (and load) at the same time
             found = self._members.get(key)
             if found is not None and not found.dead:
                 return found
-            self._ensure_ray()
             asked = dict(self.resources.get(loaded.name, {}))
             wanted = {"num_cpus": asked.pop("num_cpus", 0), "num_gpus": asked.pop("num_gpus", 0), "resources": asked}
             actor = _actor_class().options(**wanted).remote(self._how(loaded), self._threads())
@@ -246,6 +253,10 @@ class RayBackend(Backend):
                 raise EnsembleError(f"Member {loaded.name} could not start: {exc}") from exc
             found = self._members[key] = _Member(actor, info, loaded.name)
             return found
+
+    def prepare(self, models: list) -> None:
+        """Start the members' processes now, at the same time (each loads its model), not at the first run."""
+        list(self._pool.map(self.member, models))
 
     def runtime(self, loaded, name: str) -> RemoteModel:
         return RemoteModel(self, self.member(loaded))

@@ -3,7 +3,8 @@ ONE forward pass.
 
 The pass runs over [cached context | block 1 | block 2 | ...]; the position ids of every block restart right
 after the context, and a 4-D attention mask lets each block see the context and its own earlier tokens only.
-Models with sliding-window layers (Gemma 3) get one mask per layer type.
+The pass itself (positions, the masks: one per layer type for models with sliding-window layers such as Gemma 3)
+runs where the model is: :meth:`ensemble.cached.CachedModel.branch_scores`, in this process or a member's.
 """
 
 from __future__ import annotations
@@ -25,17 +26,14 @@ def score_inline(adapter: ModelAdapter, context: int, blocks: list[list[int]]) -
     flat = [t for block in blocks for t in block]
     if not flat:
         return [([], []) for _ in blocks]
-    ctx = adapter.prompt_len + context
-    positions, offsets = [], []
+    offsets = [0]
     for block in blocks:
-        offsets.append(len(positions))
-        positions.extend(range(ctx, ctx + len(block)))
-    mask = inline_mask(adapter.model, ctx, blocks, adapter.runtime.device)
+        offsets.append(offsets[-1] + len(block))
     # The row after each block token scores the block's next token (the last one's row scores nothing).
     targets = [block[i + 1] if i + 1 < len(block) else 0 for block in blocks for i in range(len(block))]
-    logp, raw = adapter.runtime.branch_scores(flat, positions, mask, targets).tolist()
+    logp, raw = adapter.runtime.branch_scores(adapter.prompt_len + context, blocks, targets).tolist()
     results = []
-    for block, off in zip(blocks, offsets, strict=True):
+    for block, off in zip(blocks, offsets[:-1], strict=True):
         if not block:
             results.append(([], []))
             continue
@@ -43,31 +41,3 @@ def score_inline(adapter: ModelAdapter, context: int, blocks: list[list[int]]) -
         raws = [float(first[block[0]])] + raw[off : off + len(block) - 1]
         results.append((lps, raws))
     return results
-
-
-def inline_mask(model, ctx: int, blocks: list[list[int]], device: torch.device):
-    """Additive 4-D masks for verify-in-line (a dict per layer type for models with sliding windows)."""
-    dtype = next(model.parameters()).dtype
-    q = sum(len(b) for b in blocks)
-    allowed = torch.zeros(q, ctx + q, dtype=torch.bool)
-    allowed[:, :ctx] = True
-    key_pos = torch.cat([torch.arange(ctx), torch.cat([torch.arange(ctx, ctx + len(b)) for b in blocks])])
-    query_pos = key_pos[ctx:]
-    row = 0
-    for block in blocks:
-        n = len(block)
-        allowed[row : row + n, ctx + row : ctx + row + n] = torch.ones(n, n, dtype=torch.bool).tril()
-        row += n
-
-    def additive(ok: torch.Tensor) -> torch.Tensor:
-        out = torch.zeros(ok.shape, dtype=dtype)
-        out.masked_fill_(~ok, torch.finfo(dtype).min)
-        return out[None, None].to(device)
-
-    config = model.config.get_text_config()
-    layer_types = getattr(config, "layer_types", None) or []
-    if "sliding_attention" not in layer_types:
-        return additive(allowed)
-    window = int(config.sliding_window)
-    near = (query_pos[:, None] - key_pos[None, :]) < window
-    return {"full_attention": additive(allowed), "sliding_attention": additive(allowed & near)}

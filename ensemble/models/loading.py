@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -35,7 +36,8 @@ class LoadedModel:
     source: str  # a Source (a str enum), or what a caller of wrap() named it
     context_limit: int
     info: dict = field(default_factory=dict)
-    origin: str | None = None  # the name it was loaded by (a member process loads it the same way); None: built in memory
+    load_args: tuple | None = None  # (name, device, dtype) it was loaded with (a member process loads it so); None: built in memory
+    has_weights: bool = True  # False: a weightless skeleton (meta device) whose forward passes run in member processes
     _prompt_cache: dict = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -139,12 +141,19 @@ def _read(spec: ModelSpec, location: str, source: Source, kwargs: dict, model_kw
     return tokenizer, model
 
 
-def load(name: str, device: str = "cpu", dtype: str = "auto", progress: Progress | None = None) -> LoadedModel:
-    """Load a model by name (embedded key, hub id, preset or local folder)."""
+def load(name: str, device: str = "cpu", dtype: str = "auto", progress: Progress | None = None, weights: bool = True) -> LoadedModel:
+    """Load a model by name (embedded key, hub id, preset or local folder).
+
+    ``weights=False`` reads the tokenizer and the config only and builds the model on the meta device (no memory,
+    no weights read): what a coordinator needs when the members compute in their own processes (a 70B member's
+    weights live only on its GPU host)."""
     progress = progress or stderr_progress
     spec = resolve(name)
     started = time.perf_counter()
-    device_name, device_kwargs = resolve_device(device)
+    if weights:
+        device_name, device_kwargs = resolve_device(device)
+    else:  # the device is the member processes' (a coordinator without a GPU may drive members on GPUs)
+        device_name, device_kwargs = ("cpu" if (device or "cpu").strip() == "cpu" else device), {}
     torch_dtype = resolve_dtype(dtype, device_name)
     location, source, gguf_file = _where_from(spec, progress)
     kwargs = {"trust_remote_code": False}
@@ -153,17 +162,39 @@ def load(name: str, device: str = "cpu", dtype: str = "auto", progress: Progress
     if source.from_hub and not hub_reachable():
         kwargs["local_files_only"] = True  # offline: use the local hub cache or fail at once
     progress(f"{spec.name}: loading from {source}", None)
-    tokenizer, model = _read(spec, location, source, kwargs, {"dtype": torch_dtype, **device_kwargs}, progress)
+    if weights:
+        tokenizer, model = _read(spec, location, source, kwargs, {"dtype": torch_dtype, **device_kwargs}, progress)
+    else:
+        tokenizer, model = _read_skeleton(spec, location, source, kwargs, torch_dtype)
     if not getattr(tokenizer, "backend_tokenizer", None):
         raise ModelLoadError(f"Model {spec.name!r} has no fast tokenizer; Ensemble Lens needs one to align tokens.")
-    if device_name == "cpu":
+    if device_name == "cpu" and weights:
         model.to("cpu")
     loaded = wrap(spec.name, model, tokenizer, template=spec.template, source=source)
     loaded.spec = spec
-    loaded.origin = name
+    loaded.load_args = (name, device, dtype)
+    loaded.has_weights = weights
     loaded.load_seconds = time.perf_counter() - started
     progress(f"{spec.name}: ready in {loaded.load_seconds:.1f} s", 1.0)
     return loaded
+
+
+def _read_skeleton(spec: ModelSpec, location: str, source: Source, kwargs: dict, torch_dtype):
+    """Tokenizer, and the model built from its config on the meta device (shapes, no weights)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    try:
+        tokenizer = load_saved_tokenizer(Path(location)) if source is Source.EMBEDDED_CACHED else AutoTokenizer.from_pretrained(location, **kwargs)
+        config = AutoConfig.from_pretrained(location, **kwargs)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+        with contextlib.suppress(OSError):  # no generation_config.json: the config's own end of sequence stands
+            model.generation_config = GenerationConfig.from_pretrained(location, **kwargs)
+    except Exception as exc:  # any folder may be named: one message, never a traceback
+        detail = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        raise ModelLoadError(f"Could not read the tokenizer and config of {spec.name!r}: {detail}") from exc
+    return tokenizer, model
 
 
 def wrap(name: str, model, tokenizer, template: str = "auto", source: str = Source.IN_MEMORY) -> LoadedModel:

@@ -16,6 +16,8 @@ DEFAULT_POOL_GB = 8.0
 
 def model_bytes(loaded: LoadedModel) -> int:
     """Memory held by a model's weights and buffers."""
+    if not loaded.has_weights:
+        return 0  # a skeleton on the meta device holds no memory
     model = loaded.model
     tensors = [*model.parameters(), *model.buffers()]
     return sum(t.numel() * t.element_size() for t in tensors)
@@ -30,12 +32,15 @@ class ModelPool:
     should hold the largest ensemble; the three embedded models take about 2.1 GB in bfloat16, 4.1 GB in float32.
     """
 
-    def __init__(self, device: str = "cpu", dtype: str = "auto", max_gb: float | None = None, backend=None):
+    def __init__(self, device: str = "cpu", dtype: str = "auto", max_gb: float | None = None, backend=None, weights: bool | None = None):
         from ..members import make_backend
 
         self.device, self.dtype = device, dtype
         # where members compute: "local" (this process), "ray" (one actor per model), or a Backend
-        self.backend = make_backend(backend) if backend is None or isinstance(backend, str) else backend
+        self.backend = make_backend(backend, device=device) if backend is None or isinstance(backend, str) else backend
+        # On a process backend this process needs only tokenizers and configs (weights=False): the weights load
+        # in the member processes. weights=True keeps them here too (a single-model baseline run in process).
+        self.weights = not self.backend.parallel if weights is None else weights
         if max_gb is None:
             max_gb = float(os.environ.get(POOL_GB) or DEFAULT_POOL_GB)
         self.max_bytes = int(max_gb * 1e9) if max_gb > 0 else None
@@ -66,7 +71,7 @@ class ModelPool:
                 return found
         with self._lock_for(key):
             if key not in self._models:
-                loaded = load(name, self.device, self.dtype, progress)
+                loaded = load(name, self.device, self.dtype, progress, weights=self.weights)
                 with self._guard:
                     self._models[key] = loaded
                     self._sizes[key] = model_bytes(loaded)
@@ -84,6 +89,23 @@ class ModelPool:
             if key not in keep:
                 del self._models[key]
                 self._sizes.pop(key, None)
+
+    def warm(self, names: list[str]) -> list[str]:
+        """Load these models and start their member processes (on a process backend) before any run; returns
+        what could not be done, one message each, instead of raising (a server keeps serving)."""
+        from ..errors import EnsembleError
+
+        ready, problems = [], []
+        for name in names:
+            try:
+                ready.append(self.get(name))
+            except EnsembleError as exc:
+                problems.append(f"{name} is not available: {exc}")
+        try:
+            self.backend.prepare(ready)
+        except EnsembleError as exc:
+            problems.append(f"member processes did not start: {exc}")
+        return problems
 
     def get_many(self, names: list[str], progress: Progress | None = None) -> list[LoadedModel]:
         keep = frozenset(self._key(n) for n in names)
