@@ -139,7 +139,7 @@ def test_the_pool_evicts_the_least_recently_used_model_beyond_its_budget(tiny, m
     sizes = {n: pool_module.model_bytes(tiny[n]) for n in ("qwen", "smollm2", "gemma3")}
     loads = []
 
-    def fake_load(name, device, dtype, progress=None):
+    def fake_load(name, device, dtype, progress=None, weights=True):
         loads.append(name)
         return tiny[name]
 
@@ -160,7 +160,7 @@ def test_the_pool_evicts_the_least_recently_used_model_beyond_its_budget(tiny, m
 def test_one_folder_named_two_ways_is_one_pool_entry(tiny, monkeypatch, tmp_path):
     from ensemble.models import pool as pool_module
 
-    monkeypatch.setattr(pool_module, "load", lambda name, device, dtype, progress=None: tiny["smollm2"])
+    monkeypatch.setattr(pool_module, "load", lambda name, device, dtype, progress=None, weights=True: tiny["smollm2"])
     pool = pool_module.ModelPool()
     assert pool.get(str(tmp_path)) is pool.get(str(tmp_path) + "/.") is pool.get(str(tmp_path) + "/")
     assert len(pool.loaded()) == 1
