@@ -38,7 +38,7 @@ except ImportError:  # pragma: no cover - depends on the platform
     gpu = lambda fn: fn  # noqa: E731
 
 DEVICE = os.environ.get("ENSEMBLE_LENS_DEVICE", "cpu")
-BACKEND, BACKEND_WHY = backend_from_env(DEVICE)  # ENSEMBLE_LENS_BACKEND=local|ray|auto (auto: ray on 2+ CPU cores)
+BACKEND, BACKEND_WHY = backend_from_env(DEVICE)  # ENSEMBLE_LENS_BACKEND=local|ray|auto (auto: local on one machine)
 POOL = ModelPool(device=DEVICE, backend=BACKEND)
 QUEUE_SIZE = int(os.environ.get("ENSEMBLE_LENS_QUEUE", "16"))
 RUN_CONCURRENCY = int(os.environ.get("ENSEMBLE_LENS_CONCURRENCY", "2"))

@@ -278,8 +278,6 @@ def test_the_backend_named_by_the_environment(monkeypatch):
     monkeypatch.setenv("ENSEMBLE_LENS_BACKEND", "mpi")
     name, why = backend_from_env()
     assert name == "local" and "'mpi' is not one of auto, local, ray" in why
-    monkeypatch.setenv("ENSEMBLE_LENS_BACKEND", "auto")
-    monkeypatch.setattr(os, "cpu_count", lambda: 1)
-    assert backend_from_env()[0] == "local"
-    monkeypatch.setattr(os, "cpu_count", lambda: 4)
-    assert backend_from_env()[0] == "ray" and backend_from_env("cuda:0")[0] == "local"
+    monkeypatch.setenv("ENSEMBLE_LENS_BACKEND", "auto")  # measured: in process is faster on one machine
+    assert backend_from_env()[0] == "local" and "measured faster" in backend_from_env()[1]
+    assert make_backend("auto", address="auto").name == "ray"  # a cluster named: its members go there

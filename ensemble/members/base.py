@@ -17,11 +17,13 @@ BACKEND_ENV = "ENSEMBLE_LENS_BACKEND"
 
 
 def auto_backend(device: str = "cpu", members: int = 3) -> tuple[str, str]:
-    """The backend ``auto`` picks here, and why (printed at startup). Measured (docs/results.md, "Member
-    backends"): on a CPU with two or more cores the members' passes overlap in Ray actors and every ensemble
-    method gets faster; on one core, on a GPU device, in a ZeroGPU Space or without the ``ray`` package the
-    in-process backend is used."""
-    import importlib.util
+    """The backend ``auto`` picks here, and why (printed at startup).
+
+    Measured side by side (``python -m ensemble bench --only backends``, docs/results.md "Member backends"): on
+    a 2-core CPU the three embedded members on Ray, one torch thread each, are no faster for every-token UniTE
+    and about 2x slower for SAFE than in process with two threads (the drafter is SAFE's critical path and has
+    one core instead of two). So ``auto`` is ``local`` on a single machine; Ray is for members that each get
+    their own cores or GPU (a cluster: ``--ray-address``, ``--member-resources``), chosen explicitly."""
     import os
 
     if members < 2:
@@ -30,11 +32,10 @@ def auto_backend(device: str = "cpu", members: int = 3) -> tuple[str, str]:
         return "local", "a ZeroGPU Space runs the models inside its GPU function"
     if device not in (None, "", "cpu"):
         return "local", f"device {device}: one process keeps the models on the GPU"
-    if (os.cpu_count() or 1) < 2:
-        return "local", "one CPU core: members could not compute at the same time"
-    if importlib.util.find_spec("ray") is None:
-        return "local", "the ray package is not installed"
-    return "ray", f"{os.cpu_count()} CPU cores: members compute at the same time in their own processes"
+    return "local", (
+        f"{os.cpu_count()} CPU core(s): members in this process measured faster than one process per member here; "
+        "use --backend ray (or ENSEMBLE_LENS_BACKEND=ray) for a cluster or members with cores of their own"
+    )
 
 
 class Backend:
