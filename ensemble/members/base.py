@@ -70,6 +70,10 @@ class Backend:
     def describe(self) -> str:
         return self.name
 
+    def assign(self, method: str, adapters: list, lead) -> None:
+        """Tell the runtimes their roles in a run (a process backend gives SAFE's drafter, its critical path,
+        more threads than the verifiers). No-op in process."""
+
     def prepare(self, models: list) -> None:
         """Get ready to run these models (a process backend starts their member processes now, not at the
         first run)."""

@@ -40,6 +40,7 @@ class MemberActor:
     def __init__(self, how: dict, threads: int | None):
         if threads:
             torch.set_num_threads(threads)
+        self.default_threads = torch.get_num_threads()
         if how["kind"] == "load":
             from ..models import load, quiet_progress
 
@@ -67,12 +68,20 @@ class MemberActor:
         cost = (after.passes - before.passes, after.tokens - before.tokens, after.seconds - before.seconds)
         return logits.cpu().numpy(), cost
 
-    def rows(self, session: str, ids: list[int], positions: list[int]):
+    def _threads(self, threads: int | None) -> None:
+        """The session's thread count for this pass (None: the actor's default, whatever an earlier run asked)."""
+        threads = threads or self.default_threads
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+
+    def rows(self, session: str, ids: list[int], positions: list[int], threads: int | None = None):
+        self._threads(threads)
         model = self._session(session)
         before = ForwardStats(**vars(model.stats))
         return self._answer(model, before, model.rows(ids, positions))
 
-    def branch(self, session: str, ctx: int, blocks: list[list[int]], targets: list[int]):
+    def branch(self, session: str, ctx: int, blocks: list[list[int]], targets: list[int], threads: int | None = None):
+        self._threads(threads)
         model = self._session(session)  # its cache holds exactly the context: score_inline just asked for its logits
         before = ForwardStats(**vars(model.stats))
         return self._answer(model, before, model.branch_scores(ctx, blocks, targets))
@@ -117,6 +126,7 @@ class RemoteModel:
         self.cancel: threading.Event | None = None
         self.cache_ids: list[int] = []
         self._last: torch.Tensor | None = None
+        self.threads: int | None = None  # torch threads for this session's passes (None: the actor's own)
 
     def check_cancel(self) -> None:
         if self.cancel is not None and self.cancel.is_set():
@@ -151,13 +161,13 @@ class RemoteModel:
         last = len(ids) - 1
         if positions == [last] and self._last is not None and ids == self.cache_ids:
             return self._last[None]
-        logits = self._call("rows", ids, positions)
+        logits = self._call("rows", ids, positions, self.threads)
         self.cache_ids = ids
         self._last = logits[-1] if positions[-1] == last else None
         return logits
 
     def branch_scores(self, ctx: int, blocks: list[list[int]], targets: list[int]) -> torch.Tensor:
-        return self._call("branch", ctx, blocks, targets)
+        return self._call("branch", ctx, blocks, targets, self.threads)
 
     def drop(self) -> None:
         self.cache_ids, self._last = [], None
@@ -253,6 +263,17 @@ class RayBackend(Backend):
                 raise EnsembleError(f"Member {loaded.name} could not start: {exc}") from exc
             found = self._members[key] = _Member(actor, info, loaded.name)
             return found
+
+    def assign(self, method: str, adapters: list, lead) -> None:
+        """SAFE and single: the drafter's passes are the run's critical path (the verifiers wait for its draft
+        and overlap one another), so it computes with all of this machine's cores unless --member-threads was
+        given; every other member, and every member of UniTE/GaC/SpecEM (all compute at once), keeps the
+        per-member default."""
+        if self.threads or method not in ("safe", "single") or lead is None:
+            return
+        for adapter in adapters:
+            if isinstance(adapter.runtime, RemoteModel):
+                adapter.runtime.threads = (os.cpu_count() or 1) if adapter is lead else self._threads()
 
     def prepare(self, models: list) -> None:
         """Start the members' processes now, at the same time (each loads its model), not at the first run."""

@@ -73,6 +73,7 @@ class EnsembleRun:
         self.adapters = [ModelAdapter(m, n, self.backend.runtime(m, n)) for m, n in zip(models, names, strict=True)]
         self.run = Run(method, self.adapters, prompt, settings, cancel, self.backend)
         self.trace: RunTrace = self.run.trace
+        self.backend.assign(method, self.adapters, None if method == "specem" else self.run.lead)
 
     def events(self) -> Iterator[TokenEvent | RoundEvent | StatusEvent]:
         run = self.run
