@@ -33,8 +33,8 @@ def add_backend_options(p: argparse.ArgumentParser) -> None:
         choices=BACKENDS,
         default=os.environ.get(BACKEND_ENV) or "auto",
         help="local: members in this process, one after another; ray: one process (Ray actor) per member, computing at "
-        f"the same time; auto: ray when --ray-address or --member-resources name a cluster, else local, measured "
-        f"faster on one machine (default: ${BACKEND_ENV} or auto)",
+        f"the same time; auto: ray when --ray-address or --member-resources name a cluster, else local (on one machine "
+        f"ray measured no faster throughout) (default: ${BACKEND_ENV} or auto)",
     )
     g.add_argument("--ray-address", default=None, help="join this Ray cluster (auto, ray://HOST:10001); default: start one here")
     g.add_argument(
