@@ -470,9 +470,9 @@ def wire_other_tabs(demo: gr.Blocks, run: tabs.RunTab, tok: tabs.TokenizerTab, c
 
 def warm_up() -> None:
     """Load the default models (and start their member processes) before serving, so the first run streams at once."""
-    print(f"[app] member backend: {POOL.backend.describe()} ({BACKEND_WHY})", flush=True)
     for problem in POOL.warm(DEFAULT_MODELS):  # the runs will say so too; the app keeps serving
         print(f"[app] {problem}", flush=True)
+    print(f"[app] member backend: {POOL.backend.describe()} ({BACKEND_WHY})", flush=True)
 
 
 demo = build_app()
