@@ -81,16 +81,15 @@ def cmd_bench(args) -> int:
     if "retokenize" in sections:
         report["retokenize"] = bench_retokenize(models)
     ordered = [models[n] for n in names]
+    data_info = {"path": data, "questions": len(reasoning), "seed": args.seed, "max_new_tokens": args.reasoning_tokens}
     if "methods" in sections and len(ordered) > 1:
         report["methods"] = bench_methods(ordered, prompts, args.max_new_tokens, args.lookahead, args.repeat)
     if "reasoning" in sections and len(ordered) > 1:
         report["reasoning"] = bench_methods(ordered, reasoning, args.reasoning_tokens, args.lookahead, args.repeat, specem=True)
-        report["reasoning"]["data"] = {"path": data, "questions": len(reasoning), "seed": args.seed,
-                                       "max_new_tokens": args.reasoning_tokens}
+        report["reasoning"]["data"] = data_info
     if "backends" in sections and len(ordered) > 1:
         report["backends"] = bench_backends(ordered, reasoning, args.reasoning_tokens, args.lookahead, args.repeat, backends)
-        report["backends"]["data"] = {"path": data, "questions": len(reasoning), "seed": args.seed,
-                                      "max_new_tokens": args.reasoning_tokens}
+        report["backends"]["data"] = data_info
     if "specem" in sections and len(ordered) > 1:
         report["specem"] = bench_specem(ordered, prompts, args.max_new_tokens, args.specem_long, args.repeat)
     if args.json:
