@@ -93,9 +93,6 @@ class MemberActor:
     def close(self, session: str) -> None:
         self.sessions.pop(session, None)
 
-    def open_sessions(self) -> int:
-        return len(self.sessions)
-
 
 @cache
 def _actor_class():
