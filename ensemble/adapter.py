@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .cached import CachedModel, ForwardStats
+from .cached import ForwardStats
 from .keys import EOS_KEY
 from .models import LoadedModel
 from .response import ResponseTokens
@@ -34,7 +34,7 @@ class ModelAdapter(ResponseTokens):
         super().__init__(loaded.keys, name or loaded.name)
         self.loaded = loaded
         self.model = loaded.model
-        self.runtime = runtime if runtime is not None else CachedModel(loaded.model, loaded.device)
+        self.runtime = runtime if runtime is not None else loaded.new_runtime()
 
     def start(self, prompt: str) -> None:
         """Begin a run: template the prompt, forget any response and the cache."""

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # to import the ap
 PROMPT = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether?"
 
 
-def press_run(root: str, method: str, models: list[str], max_new_tokens: int, prompt: str = PROMPT) -> dict:
+def press_run(root: str, method: str, models: list[str], max_new_tokens: int, prompt: str = PROMPT, runtime: str = "auto") -> dict:
     """Press Run the way the browser does (Gradio's queue protocol) and collect the strip's streamed diffs."""
     config = httpx.get(f"{root}/config").json()
     dep = next(d for d in config["dependencies"] if d.get("api_name") == "run_stream")
@@ -36,7 +36,7 @@ def press_run(root: str, method: str, models: list[str], max_new_tokens: int, pr
 
     chosen = {"max_new_tokens": max_new_tokens}
     settings = [chosen.get(name, initial_value(name)) for name in control_names()]
-    body = {"data": [prompt, method, models, models[0], *settings], "fn_index": dep["id"],
+    body = {"data": [prompt, method, models, models[0], runtime, *settings], "fn_index": dep["id"],
             "trigger_id": dep["targets"][0][0], "session_hash": session, "event_data": None}
     started = time.perf_counter()
     httpx.post(f"{root}/gradio_api/queue/join", json=body).raise_for_status()

@@ -26,6 +26,7 @@ torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else max(1, min
 # The app's own pool runs members in process in tests (test_members.py covers the Ray backend; the app would
 # otherwise pick it on a multi-core machine and start member processes for every app test).
 os.environ.setdefault("ENSEMBLE_LENS_BACKEND", "local")
+os.environ.setdefault("ENSEMBLE_LENS_RUNTIME", "transformers")  # the app under test: parity with the transformers pool
 
 REAL_MODEL_FIXTURES = {"embedded", "app_url"}
 
@@ -44,7 +45,20 @@ EMBEDDED = ("qwen", "smollm2", "gemma3")
 def pool() -> models.ModelPool:
     # float32: the invariants (cache == full recompute, verify-in-line == separate scoring) are checked at
     # atol 1e-4, tighter than bfloat16's precision; the app and CLI default to bfloat16 where it is fast.
-    return models.ModelPool(dtype="float32")
+    # transformers: the parity tests compare with transformers' generate(); test_llamacpp.py has its own pool
+    return models.ModelPool(dtype="float32", runtime="transformers")
+
+
+@pytest.fixture(scope="session")
+def llama_pool() -> models.ModelPool:
+    """The embedded models on llama.cpp (CI builds llama-cpp-python and sets ENSEMBLE_LENS_REQUIRE_LLAMACPP=1)."""
+    from ensemble.models.runtimes import llamacpp_available
+
+    if not llamacpp_available():
+        if os.environ.get("ENSEMBLE_LENS_REQUIRE_LLAMACPP") == "1":
+            pytest.fail("llama-cpp-python is not installed: make deps builds it once into ~/.cache/ensemble-lens-wheels")
+        pytest.skip("llama-cpp-python is not installed (make deps installs it)")
+    return models.ModelPool(runtime="llamacpp")
 
 
 @pytest.fixture(scope="session")

@@ -54,6 +54,7 @@ class RunTab:
     method: gr.Radio
     model_box: gr.CheckboxGroup
     drafter: gr.Dropdown
+    runtime: gr.Radio
     controls: dict[str, gr.components.Component]  # the engine settings, by setting name
     run_button: gr.Button
     stop_button: gr.Button
@@ -75,7 +76,12 @@ class RunTab:
     token_table: gr.Dataframe
 
 
-def build_run_tab(model_choices: list[str], default_models: list[str]) -> RunTab:
+RUNTIME_INFO = ("What computes the models: transformers (float weights, any model) or llama.cpp (the GGUF files as "
+                "shipped, faster on a CPU); auto picks llama.cpp for the embedded models on a CPU.")
+
+
+def build_run_tab(model_choices: list[str], default_models: list[str], runtimes: list[str] = ("auto",),
+                  runtime: str = "auto") -> RunTab:
     method = gr.Radio(METHOD_CHOICES, value="safe", label="Method", elem_id="method", render=False)
     with gr.Row():
         with gr.Column(scale=3):
@@ -88,6 +94,7 @@ def build_run_tab(model_choices: list[str], default_models: list[str]) -> RunTab
                 model_box = gr.CheckboxGroup(model_choices, value=default_models, label="Models", elem_id="models")
                 drafter = gr.Dropdown(default_models, value=default_models[0], label="SAFE drafter", elem_id="drafter")
     with gr.Accordion("Engine settings", open=False):
+        runtime_radio = gr.Radio(list(runtimes), value=runtime, label="Runtime", info=RUNTIME_INFO, elem_id="runtime")
         controls = engine_controls()
     with gr.Row():
         run_button = gr.Button("Run", variant="primary", elem_id="run-button")
@@ -116,7 +123,7 @@ def build_run_tab(model_choices: list[str], default_models: list[str]) -> RunTab
     stats = gr.HTML(elem_id="stats")
     with gr.Accordion("Per-token table", open=False):
         token_table = gr.Dataframe(elem_id="token-table", wrap=True)
-    return RunTab(prompt, method, model_box, drafter, controls, run_button, stop_button, status, legend, strip,
+    return RunTab(prompt, method, model_box, drafter, runtime_radio, controls, run_button, stop_button, status, legend, strip,
                   explanation, tokenization, topk_plot, fusion_plot, record_json, specem_view, rounds, round_slider,
                   heatmap, weights_plot, weights_note, stats, token_table)
 

@@ -89,7 +89,7 @@ def cmd_evaluate(args) -> int:
     ensembles = [len(s.model_names(config.models)) for s in specs if s.method != "single"]
     backend = backend_from_args(args, members=max(ensembles, default=1))
     # the single:NAME baseline runs in process, so its weights are loaded here too
-    pool = ModelPool(device=args.device, dtype=args.dtype, backend=backend, weights=True if any(s.method == "single" for s in specs) else None)
+    pool = ModelPool(device=args.device, dtype=args.dtype, backend=backend, runtime=args.runtime, weights=True if any(s.method == "single" for s in specs) else None)
     loaded = {name: pool.get(name) for name in config.model_names()}
     selected = len(select_questions(questions, config.limit, settings.seed))
     print(f"evaluating {len(specs)} method(s) on {selected} question(s) into {config.out}", file=sys.stderr)

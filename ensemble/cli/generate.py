@@ -58,7 +58,7 @@ def cmd_generate(args) -> int:
     if args.out:
         check_output_file(args.out)
     backend = backend_from_args(args, members=1 if args.method == "single" else len(names))
-    pool = ModelPool(device=args.device, dtype=args.dtype, backend=backend)
+    pool = ModelPool(device=args.device, dtype=args.dtype, backend=backend, runtime=args.runtime)
     models = pool.get_many(names)
     stop = threading.Event()
     job = EnsembleRun(models, prompt, args.method, settings, cancel=stop, backend=pool.backend)

