@@ -21,7 +21,7 @@ PROMPTS = [
     "Sofia went to Plovdiv in 1999 and to Veliko Tarnovo in 2004. Write two sentences about her trips.",
     "Write a Python function that returns the n-th Fibonacci number.",
 ]
-SECTIONS = ("load", "single", "retokenize", "methods", "reasoning", "specem", "backends")
+SECTIONS = ("load", "single", "retokenize", "methods", "reasoning", "specem", "backends", "runtimes")
 DEFAULT_DATA = "../shared/data/gsm8k/test.jsonl"
 """The shared GSM8K test set, relative to the repository root (``ENSEMBLE_LENS_GSM8K`` overrides it)."""
 
@@ -54,16 +54,16 @@ def log(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
-def bench_load(names: list[str], device: str = "cpu", dtype: str = "auto") -> dict:
-    from .models import is_cached, load, quiet_progress
+def bench_load(names: list[str], device: str = "cpu", dtype: str = "auto", runtime: str = "transformers") -> dict:
+    from .models import is_cached, is_gguf_cached, load, quiet_progress
 
-    cold = [n for n in names if not is_cached(n)]
+    cold = [n for n in names if not (is_gguf_cached(n) if runtime == "llamacpp" else is_cached(n))]
     started = time.perf_counter()
     models = {}
     per_model = {}
     for name in names:
         t = time.perf_counter()
-        models[name] = load(name, device=device, dtype=dtype, progress=quiet_progress)
+        models[name] = load(name, device=device, dtype=dtype, progress=quiet_progress, runtime=runtime)
         per_model[name] = round(time.perf_counter() - t, 2)
     total = round(time.perf_counter() - started, 2)
     return {"models": models, "report": {"total_s": total, "per_model_s": per_model, "cold": cold, "target_s": 10.0}}
@@ -147,10 +147,13 @@ def _measure(models: list, prompts: list[str], plan: list[tuple], repeat: int) -
         for label, method, settings_kwargs, run_kwargs in plan:
             entry_models = models[:1] if method == "single" and run_kwargs.get("solo") is None else models
             entry_models = run_kwargs.get("solo") or entry_models
-            extra = {k: v for k, v in run_kwargs.items() if k != "solo"}
+            extra = {k: v for k, v in run_kwargs.items() if k not in ("solo", "threads")}
             for p, prompt in enumerate(prompts):
                 with PeakMemory() as mem:
                     job = EnsembleRun(entry_models, prompt, method, Settings(**settings_kwargs), **extra)
+                    if run_kwargs.get("threads"):  # a thread count for every llama.cpp member of this entry
+                        for adapter in job.adapters:
+                            adapter.runtime.threads = run_kwargs["threads"]
                     t = time.perf_counter()
                     for _ in job.events():
                         pass
@@ -230,6 +233,41 @@ def bench_backends(models: list, prompts: list[str], budget: int, lookahead: int
         log(f"{label}: {row['s_per_token']:.4f} s/token, x{row['ratio_to_drafter']:.3f} of the drafter alone")
     out["targets"] = {"safe_ratio_max": 1.3, "unite_and_specem_speedup_min": 1.3}
     out["backends"] = {name: b.describe() for name, b in backends.items()}
+    return out
+
+
+def bench_runtimes(runtimes: dict[str, list], prompts: list[str], budget: int, lookahead: int, repeat: int) -> dict:
+    """The drafter alone, SAFE, every-token UniTE and SpecEM with the same members on each runtime, side by side
+    in one interleaved run (``runtimes``: runtime name -> the loaded members in order, the drafter first). Each
+    row's ``ratio_to_drafter`` is against the first runtime's drafter alone (today's transformers run), and
+    ``speedup_over_first`` against the same method on the first runtime. ``drafter_alone@llamacpp_1thread`` is
+    the drafter on a single llama.cpp thread (the issue's target: >= 1.5x transformers on every core)."""
+    import os
+
+    base = {"max_new_tokens": budget}
+    plan = []
+    for name, members in runtimes.items():
+        plan += [
+            (f"drafter_alone@{name}", "single", base, {"solo": members[:1]}),
+            (f"safe@{name}", "safe", {**base, "lookahead": lookahead}, {"solo": members}),
+            (f"unite@{name}", "unite", base, {"solo": members}),
+            (f"specem@{name}", "specem", base, {"solo": members}),
+        ]
+        if name == "llamacpp" and (os.cpu_count() or 1) > 1:
+            plan.insert(len(plan) - 4, (f"drafter_alone@{name}_1thread", "single", base, {"solo": members[:1], "threads": 1}))
+    out = _measure(next(iter(runtimes.values())), prompts, plan, repeat)
+    first = next(iter(runtimes))
+    drafter = out[f"drafter_alone@{first}"]["s_per_token"]
+    for label, row in out.items():
+        method, _, where = label.partition("@")
+        row["ratio_to_drafter"] = round(row["s_per_token"] / drafter, 3)
+        same = out.get(f"{method}@{first}")
+        if where != first and same:
+            row["speedup_over_first"] = round(same["s_per_token"] / row["s_per_token"], 3)
+        log(f"{label}: {row['s_per_token']:.4f} s/token, x{row['ratio_to_drafter']:.3f} of the {first} drafter alone")
+    out["targets"] = {"drafter_1thread_speedup_min": 1.5, "ensemble_speedup_min": 2.0, "app_first_safe_token_s_max": 1.0}
+    out["runtimes"] = {name: [f"{m.name} ({m.info['dtype']})" for m in members] for name, members in runtimes.items()}
+    out["threads"] = os.cpu_count()
     return out
 
 
@@ -331,7 +369,7 @@ def format_report(report: dict) -> str:
         for name, r in report["retokenize"].items():
             lines.append(f"  {name:<10} " + "  ".join(f"{v:>8.1f}" for v in r.values()))
     for key, section in (("methods", _methods_lines), ("reasoning", _reasoning_lines), ("backends", _backends_lines),
-                         ("specem", _specem_lines)):
+                         ("runtimes", _runtimes_lines), ("specem", _specem_lines)):
         if key in report:
             lines += section(report)
     return "\n".join(lines)
@@ -397,6 +435,25 @@ def _backends_lines(report: dict) -> list[str]:
             f"  {r['member_bytes_per_round']:>11,}  {r['overlap_share'] if r['overlap_share'] is not None else '-'}"
         )
     lines.append(f"  targets: {b['targets']}")
+    return lines
+
+
+def _runtimes_lines(report: dict) -> list[str]:
+    r = report["runtimes"]
+    d = r["data"]
+    first = next(iter(r["runtimes"]))
+    lines = [
+        f"\nruntimes {r['runtimes']} on {d['questions']} GSM8K question(s), {d['max_new_tokens']} new tokens, {r['threads']} cores",
+        f"  method@runtime                 s/token  ratio-to-{first}-drafter  speedup  E/T   first-token-s  passes",
+    ]
+    for label, row in r.items():
+        if label in ("targets", "data", "runtimes", "threads"):
+            continue
+        lines.append(
+            f"  {label:<29} {row['s_per_token']:>7.4f}  {row['ratio_to_drafter']:>8.3f}                 {row.get('speedup_over_first', '-'):>6}"
+            f"  {row['et_ratio']:>6.3f}  {row['first_token_s'] if row['first_token_s'] is not None else '-':>8}  {row['forward_passes']}"
+        )
+    lines.append(f"  targets: {r['targets']}")
     return lines
 
 

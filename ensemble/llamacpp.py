@@ -78,10 +78,11 @@ _callbacks: list = []  # ctypes callbacks handed to llama.cpp live as long as th
 
 
 def default_threads() -> int:
-    """Threads per member context: one (measured, issue 17: a second thread does not speed a sub-1B model up on
-    2 cores, and one core per member leaves the others to the rest of the ensemble)."""
-    value = os.environ.get("ENSEMBLE_LENS_LLAMA_THREADS")
-    return max(1, int(value)) if value and value.isdigit() else 1
+    """Threads of a member context unless its role sets them (``ThreadBackend.assign``): the machine's cores, as a
+    member that computes alone (members taking turns, a drafter drafting) is fastest with all of them (measured in
+    docs/results.md "Members on llama.cpp"); ``ENSEMBLE_LENS_LLAMA_THREADS`` overrides it."""
+    value = os.environ.get("ENSEMBLE_LENS_LLAMA_THREADS", "")
+    return max(1, int(value)) if value.isdigit() else max(1, os.cpu_count() or 1)
 
 
 class GGUFWeights:

@@ -26,7 +26,7 @@ OPENINGS = ["To", "Let", "1", "First", " "]
 
 def main() -> None:
     data = sys.argv[1] if len(sys.argv) > 1 else "/work/shared/data/gsm8k/test.jsonl"
-    gemma = ModelPool(dtype="float32").get("gemma3", quiet_progress)
+    gemma = ModelPool(dtype="float32", runtime="transformers").get("gemma3", quiet_progress)
     tok = gemma.tokenizer
     prompts = [FARMER] + [f"{q.question}\n{INSTRUCTION}" for q in load_questions(data)[:5]]
     for label, template in TEMPLATES.items():

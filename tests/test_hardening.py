@@ -139,28 +139,28 @@ def test_the_pool_evicts_the_least_recently_used_model_beyond_its_budget(tiny, m
     sizes = {n: pool_module.model_bytes(tiny[n]) for n in ("qwen", "smollm2", "gemma3")}
     loads = []
 
-    def fake_load(name, device, dtype, progress=None, weights=True):
+    def fake_load(name, device, dtype, progress=None, weights=True, runtime=None):
         loads.append(name)
         return tiny[name]
 
     monkeypatch.setattr(pool_module, "load", fake_load)
     budget = max(sizes["qwen"] + sizes["smollm2"], sizes["smollm2"] + sizes["gemma3"], sizes["qwen"] + sizes["gemma3"])
-    pool = pool_module.ModelPool(max_gb=budget / 1e9)
+    pool = pool_module.ModelPool(max_gb=budget / 1e9, runtime="transformers")
     pool.get("qwen"), pool.get("smollm2"), pool.get("gemma3")
-    assert pool.loaded() == ["smollm2", "gemma3"]  # qwen, the least recently used, went
+    assert pool.loaded() == ["smollm2@transformers", "gemma3@transformers"]  # qwen, the least recently used, went
     pool.get("smollm2")  # now gemma3 is the least recently used
     pool.get("qwen")
-    assert pool.loaded() == ["smollm2", "qwen"] and loads == ["qwen", "smollm2", "gemma3", "qwen"]
+    assert pool.loaded() == ["smollm2@transformers", "qwen@transformers"] and loads == ["qwen", "smollm2", "gemma3", "qwen"]
     assert pool.held_bytes() <= budget
     # One ensemble's models never evict each other, even over the budget.
     assert [m.name for m in pool.get_many(["qwen", "smollm2", "gemma3"])] == ["tiny-qwen", "tiny-smollm2", "tiny-gemma3"]
-    assert set(pool.loaded()) == {"qwen", "smollm2", "gemma3"}
+    assert set(pool.loaded()) == {"qwen@transformers", "smollm2@transformers", "gemma3@transformers"}
 
 
 def test_one_folder_named_two_ways_is_one_pool_entry(tiny, monkeypatch, tmp_path):
     from ensemble.models import pool as pool_module
 
-    monkeypatch.setattr(pool_module, "load", lambda name, device, dtype, progress=None, weights=True: tiny["smollm2"])
+    monkeypatch.setattr(pool_module, "load", lambda name, device, dtype, progress=None, weights=True, runtime=None: tiny["smollm2"])
     pool = pool_module.ModelPool()
     assert pool.get(str(tmp_path)) is pool.get(str(tmp_path) + "/.") is pool.get(str(tmp_path) + "/")
     assert len(pool.loaded()) == 1

@@ -201,3 +201,22 @@ def test_runtime_names_and_errors(llama_pool):
     with pytest.raises(ModelLoadError, match="hub model"):
         models.load("HuggingFaceTB/SmolLM2-135M-Instruct", runtime="llamacpp")
     assert llama_pool.get("qwen@llamacpp") is llama_pool.get("qwen")
+
+
+@pytest.mark.slow
+def test_llama_members_in_ray_actors_give_the_in_process_output(llama):
+    """A llama.cpp member inside a Ray actor (it loads the GGUF by name in its own process) computes what the
+    same member computes here."""
+    from ensemble.members import make_backend
+
+    members = [llama["smollm2"], llama["gemma3"]]
+    backend = make_backend("ray", threads=1)
+    try:
+        for method, settings in (("safe", Settings(max_new_tokens=20, stop_strings=[], lookahead=4)),
+                                 ("specem", Settings(max_new_tokens=16, stop_strings=[]))):
+            remote = generate(members, PROMPT, method, settings, backend=backend)
+            local = generate(members, PROMPT, method, settings)
+            assert remote.error is None and remote.text == local.text
+            assert [t.decision for t in remote.tokens] == [t.decision for t in local.tokens]
+    finally:
+        backend.close()

@@ -257,7 +257,7 @@ def test_a_weightless_coordinator_runs_embedded_members_in_their_processes(pool,
     from ensemble.models import ModelPool
 
     backend = make_backend("ray", threads=1)
-    light = ModelPool(dtype="float32", backend=backend)
+    light = ModelPool(dtype="float32", backend=backend, runtime="transformers")
     assert not light.weights
     members = light.get_many(["qwen", "smollm2"])
     assert all(not m.has_weights and next(m.model.parameters()).is_meta for m in members)

@@ -380,7 +380,7 @@ def test_a_damaged_cache_is_rebuilt_byte_identical_before_the_run(cache_copy, em
     source, copy = cache_copy
     CACHE_FAULTS["1 MB of 0xFF between sampled blocks"][0](copy)
     messages = []
-    pool = models.ModelPool(dtype="float32")
+    pool = models.ModelPool(dtype="float32", runtime="transformers")
     rebuilt = pool.get("smollm2", lambda message, fraction: messages.append(message))
     assert any("fails the full checksum of model.safetensors; rebuilding" in m for m in messages)
     for path in source.iterdir():

@@ -14,6 +14,7 @@ from ..bench import (
     bench_load,
     bench_methods,
     bench_retokenize,
+    bench_runtimes,
     bench_single,
     bench_specem,
     format_report,
@@ -41,8 +42,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--backends", default="local,ray", help="member backends the backends section compares (local,ray)")
     p.add_argument("--member-threads", type=int, default=None, help="torch threads per member process (default: cores / 3)")
+    p.add_argument("--runtimes", default="transformers,llamacpp",
+                   help="runtimes the runtimes section compares, the first as the reference (transformers,llamacpp)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
+
+
+def runtime_names(args) -> list[str]:
+    from ..models.runtimes import RUNTIMES
+
+    names = [r.strip() for r in args.runtimes.split(",") if r.strip()]
+    bad = [r for r in names if r not in RUNTIMES or r == "auto"]
+    if bad or len(names) < 1:
+        raise SettingsError(f"--runtimes takes transformers and/or llamacpp; got {args.runtimes!r}.")
+    return names
+
+
+def first_runtime(args) -> str:
+    return runtime_names(args)[0]
 
 
 def cmd_bench(args) -> int:
@@ -53,7 +70,7 @@ def cmd_bench(args) -> int:
     if unknown:
         raise SettingsError(f"Unknown bench section(s) {unknown}; choose from {', '.join(SECTIONS)}.")
     prompts = PROMPTS[: max(1, min(args.prompts, len(PROMPTS)))]
-    wants_data = "reasoning" in sections or "backends" in sections
+    wants_data = bool({"reasoning", "backends", "runtimes"} & set(sections))
     data, reasoning = reasoning_prompts(args.data, args.limit, args.seed) if wants_data else (None, [])
     backends = {}
     if "backends" in sections:
@@ -70,7 +87,8 @@ def cmd_bench(args) -> int:
         "settings": {"models": names, "max_new_tokens": args.max_new_tokens, "prompts": len(prompts), "repeat": args.repeat},
     }
     report["machine"]["dtype"] = None
-    loaded = bench_load(names, args.device, args.dtype)
+    only_runtimes = sections == ["runtimes"]
+    loaded = bench_load(names, args.device, args.dtype, "transformers" if not only_runtimes else first_runtime(args))
     models = loaded["models"]
     report["machine"]["dtype"] = next(iter(models.values())).info["dtype"]
     if "load" in sections:
@@ -90,6 +108,12 @@ def cmd_bench(args) -> int:
     if "backends" in sections and len(ordered) > 1:
         report["backends"] = bench_backends(ordered, reasoning, args.reasoning_tokens, args.lookahead, args.repeat, backends)
         report["backends"]["data"] = data_info
+    if "runtimes" in sections and len(ordered) > 1:
+        per_runtime = {}
+        for runtime in runtime_names(args):
+            per_runtime[runtime] = [bench_load([n], args.device, args.dtype, runtime)["models"][n] for n in names]
+        report["runtimes"] = bench_runtimes(per_runtime, reasoning, args.reasoning_tokens, args.lookahead, args.repeat)
+        report["runtimes"]["data"] = data_info
     if "specem" in sections and len(ordered) > 1:
         report["specem"] = bench_specem(ordered, prompts, args.max_new_tokens, args.specem_long, args.repeat)
     if args.json:

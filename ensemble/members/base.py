@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -143,6 +144,19 @@ class ThreadBackend(Pooled, LocalBackend):
 
     def for_run(self, runtimes: list) -> Backend:
         return self
+
+    def assign(self, method: str, adapters: list, lead) -> None:
+        """Threads per member from the roles: SAFE's drafter (its passes are the critical path, the verifiers
+        overlap one another) and a single model get every core, each verifier an equal share; UniTE, GaC and
+        SpecEM members all compute at once and share the cores equally."""
+        cores = os.cpu_count() or 1
+        if method in ("safe", "single") and lead is not None:
+            others = max(1, len(adapters) - 1)
+            for adapter in adapters:
+                adapter.runtime.threads = cores if adapter is lead else max(1, cores // others)
+            return
+        for adapter in adapters:
+            adapter.runtime.threads = max(1, cores // len(adapters))
 
     def describe(self) -> str:
         return "local threads (llama.cpp members in this process, at the same time)"

@@ -142,4 +142,5 @@ class ModelPool:
             return self._tokenizers[key]
 
     def loaded(self) -> list[str]:
+        """The loaded models, least recently used first, as ``name@runtime``."""
         return list(self._models)
