@@ -10,7 +10,8 @@ STAMP  := $(VENV)/.installed
 
 # llama-cpp-python has no wheel on PyPI for this platform: it is built from source once per machine (10-17 minutes on
 # 2 cores) into a wheel folder outside the repository, keyed by the CPU's flags (the build is tuned to this CPU), and
-# every later install (a fresh clone, CI on the same machine) reuses it.
+# every later install (a fresh clone, CI on the same machine) reuses it. scripts/llama_build_flags.py names this CPU's
+# instruction sets and leaves AMX out (its kernels crashed here).
 LLAMA_CPP := llama-cpp-python==0.3.36
 WHEELS    ?= $(HOME)/.cache/ensemble-lens-wheels/$(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | md5sum | cut -c1-12)
 
@@ -21,7 +22,7 @@ $(STAMP): requirements.txt requirements-dev.txt requirements-models.txt
 	@mkdir -p $(WHEELS)
 	@if ! $(PY) -m pip download --quiet --disable-pip-version-check --no-deps --no-index --find-links $(WHEELS) -d $(WHEELS) "$(LLAMA_CPP)" >/dev/null 2>&1; then \
 	  echo "Building $(LLAMA_CPP) for this machine, once (10-17 minutes), into $(WHEELS)"; \
-	  CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PY) -m pip wheel --quiet --disable-pip-version-check --no-deps -w $(WHEELS) "$(LLAMA_CPP)"; \
+	  CMAKE_ARGS="$$($(PY) scripts/llama_build_flags.py)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PY) -m pip wheel --quiet --disable-pip-version-check --no-deps -w $(WHEELS) "$(LLAMA_CPP)"; \
 	fi
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-index --find-links $(WHEELS) "$(LLAMA_CPP)"
 	@touch $@

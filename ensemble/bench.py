@@ -241,20 +241,26 @@ def bench_runtimes(runtimes: dict[str, list], prompts: list[str], budget: int, l
     in one interleaved run (``runtimes``: runtime name -> the loaded members in order, the drafter first). Each
     row's ``ratio_to_drafter`` is against the first runtime's drafter alone (today's transformers run), and
     ``speedup_over_first`` against the same method on the first runtime. ``drafter_alone@llamacpp_1thread`` is
-    the drafter on a single llama.cpp thread (the issue's target: >= 1.5x transformers on every core)."""
+    the drafter on a single llama.cpp thread (the issue's target: >= 1.5x transformers on every core); llama.cpp
+    ensembles run both ways, ``_threads`` (members at once, in threads) and ``_turns`` (one after another), which
+    is what :meth:`ensemble.members.base.LocalBackend.for_run` chooses between."""
     import os
 
+    from .members.base import SEQUENTIAL, THREADS
+
     base = {"max_new_tokens": budget}
+    safe = {**base, "lookahead": lookahead}
     plan = []
     for name, members in runtimes.items():
-        plan += [
-            (f"drafter_alone@{name}", "single", base, {"solo": members[:1]}),
-            (f"safe@{name}", "safe", {**base, "lookahead": lookahead}, {"solo": members}),
-            (f"unite@{name}", "unite", base, {"solo": members}),
-            (f"specem@{name}", "specem", base, {"solo": members}),
-        ]
-        if name == "llamacpp" and (os.cpu_count() or 1) > 1:
-            plan.insert(len(plan) - 4, (f"drafter_alone@{name}_1thread", "single", base, {"solo": members[:1], "threads": 1}))
+        plan.append((f"drafter_alone@{name}", "single", base, {"solo": members[:1]}))
+        if name != "llamacpp":
+            plan += [(f"{m}@{name}", m, s, {"solo": members}) for m, s in (("safe", safe), ("unite", base), ("specem", base))]
+            continue
+        if (os.cpu_count() or 1) > 1:
+            plan.append((f"drafter_alone@{name}_1thread", "single", base, {"solo": members[:1], "threads": 1}))
+        # members computing at once in threads (a share of the cores each), and taking turns (every core each)
+        for mode, backend in (("threads", THREADS), ("turns", SEQUENTIAL)):
+            plan += [(f"{m}@{name}_{mode}", m, s, {"solo": members, "backend": backend}) for m, s in (("safe", safe), ("unite", base), ("specem", base))]
     out = _measure(next(iter(runtimes.values())), prompts, plan, repeat)
     first = next(iter(runtimes))
     drafter = out[f"drafter_alone@{first}"]["s_per_token"]

@@ -98,8 +98,10 @@ class GGUFWeights:
         self.path, self.name = str(path), name
         params = ll.llama_model_default_params()
         params.use_mmap = True
-        # No weight repacking (extra buffer types): with it, this build's first decode crashed (SIGSEGV) on an AVX512 Xeon,
-        # built with and without AMX; without it every kernel is the plain CPU one.
+        # No extra buffer types (AMX, repacked weights): a build with llama.cpp's AMX kernels (any -march=native build
+        # on an AMX CPU) crashed in its first decode here (SIGSEGV in ggml_backend_amx_mul_mat), and in the build
+        # `make deps` makes (AMX left out) repacking measured no faster: qwen 24.5 vs 23.0 tok/s decoding, the same
+        # prompt speed. Every kernel is then the plain CPU one, whoever built the wheel.
         params.use_extra_bufts = False
         self.ptr = ll.llama_model_load_from_file(self.path.encode(), params)
         if not self.ptr:
@@ -203,6 +205,9 @@ class LlamaCppModel:
         self.mem = ll.llama_get_memory(self.ctx)
         self.batch = ll.llama_batch_init(self.n_ctx, 0, MAX_BLOCKS + 1)
         self._closed = False
+        # One pass at a time, and close() waits for a running one: a run that ends (Stop, an error) frees its
+        # contexts while a member thread may still be inside llama_decode.
+        self._busy = threading.RLock()
         self.drop()
 
     # -- state -------------------------------------------------------------------------------------------
@@ -219,20 +224,22 @@ class LlamaCppModel:
 
     def drop(self) -> None:
         """Forget the KV cache."""
-        if not self._closed:
-            lib().llama_memory_clear(self.mem, True)
-        self.cache_ids: list[int] = []
-        self._last_logits: torch.Tensor | None = None
+        with self._busy:
+            if not self._closed:
+                lib().llama_memory_clear(self.mem, True)
+            self.cache_ids: list[int] = []
+            self._last_logits: torch.Tensor | None = None
 
     def close(self) -> None:
-        """Free the context (its KV cache and buffers); the runtime is unusable afterwards."""
-        if self._closed:
-            return
-        self._closed = True
-        ll = lib()
-        ll.llama_batch_free(self.batch)
-        ll.llama_free(self.ctx)
-        self.cache_ids, self._last_logits = [], None
+        """Free the context (its KV cache and buffers), after any pass in flight; later passes are refused."""
+        with self._busy:
+            if self._closed:
+                return
+            self._closed = True
+            ll = lib()
+            ll.llama_batch_free(self.batch)
+            ll.llama_free(self.ctx)
+            self.cache_ids, self._last_logits = [], None
 
     def __del__(self):
         with contextlib.suppress(Exception):  # interpreter shutdown: the library may be gone already
@@ -277,8 +284,10 @@ class LlamaCppModel:
     def rows(self, ids: Sequence[int], positions: Sequence[int]) -> torch.Tensor:
         """Logits (float32) after each of ``positions`` (absolute, sorted) of ``ids``: one row per position.
         Afterwards the cache holds all of ``ids``."""
-        ids = list(ids)
-        positions = list(positions)
+        with self._busy:
+            return self._rows(list(ids), list(positions))
+
+    def _rows(self, ids: list[int], positions: list[int]) -> torch.Tensor:
         last = len(ids) - 1
         if positions == [last] and self._last_logits is not None and ids == self.cache_ids:
             return self._last_logits[None]
@@ -298,6 +307,10 @@ class LlamaCppModel:
         """Verify-in-line (SpecEM §3.2) over the cached context of ``ctx`` ids: every block in one batch, one
         sequence each, and for each block token the log-probability and raw logit of its ``targets`` entry
         (``[2, tokens]``, as :meth:`ensemble.cached.CachedModel.branch_scores`). The cache keeps the context."""
+        with self._busy:
+            return self._branch_scores(ctx, blocks, targets)
+
+    def _branch_scores(self, ctx: int, blocks: list[list[int]], targets: list[int]) -> torch.Tensor:
         if len(blocks) > MAX_BLOCKS:
             raise EnsembleError(f"llama.cpp verify-in-line holds at most {MAX_BLOCKS} drafts, not {len(blocks)}.")
         if ctx != len(self.cache_ids):

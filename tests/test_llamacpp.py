@@ -8,12 +8,14 @@ ensembles that mix both runtimes.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
 from ensemble import models
 from ensemble.errors import ModelLoadError
-from ensemble.members.base import LOCAL, THREADS
+from ensemble.members.base import LOCAL, SEQUENTIAL, THREADS
 from ensemble.methods import EnsembleRun, generate
 from ensemble.settings import Settings
 
@@ -166,20 +168,23 @@ def test_mixed_runtimes_make_one_ensemble(llama, embedded, method):
         assert [t.decision for t in sofia.tokens[:3]][1:] == ["oov_blocked", "oov_blocked"]
 
 
-def test_llama_members_compute_in_threads_with_the_same_output(llama):
+@pytest.mark.parametrize("method", ["safe", "specem"])
+def test_llama_members_compute_in_threads_with_the_same_output(llama, method):
     members = [llama["qwen"], llama["smollm2"], llama["gemma3"]]
     settings = Settings(max_new_tokens=24, stop_strings=[])
-    threaded = EnsembleRun(members, GSM8K, "safe", settings)
-    assert threaded.backend is THREADS
-    for _ in threaded.events():
-        pass
-    one_by_one = EnsembleRun(members, GSM8K, "safe", settings)
-    one_by_one.backend = LOCAL
-    one_by_one.run.backend = LOCAL
-    for _ in one_by_one.events():
-        pass
-    assert threaded.trace.text == one_by_one.trace.text
-    assert [t.decision for t in threaded.trace.tokens] == [t.decision for t in one_by_one.trace.tokens]
+    default = EnsembleRun(members, GSM8K, method, settings)
+    # SpecEM's members compute at once in threads; SAFE's take turns on a machine with fewer than 2 cores each
+    threads_by_default = method == "specem" or (os.cpu_count() or 1) >= 2 * len(members)
+    assert (default.backend is THREADS) == threads_by_default
+    runs = {}
+    for label, backend in (("threads", THREADS), ("turns", SEQUENTIAL)):
+        job = EnsembleRun(members, GSM8K, method, settings, backend=backend)
+        assert job.backend is backend
+        for _ in job.events():
+            pass
+        runs[label] = job.trace
+    assert runs["threads"].text == runs["turns"].text
+    assert [t.decision for t in runs["threads"].tokens] == [t.decision for t in runs["turns"].tokens]
 
 
 def test_a_tokenizer_that_disagrees_with_llama_cpp_is_refused(llama, monkeypatch):
@@ -220,3 +225,19 @@ def test_llama_members_in_ray_actors_give_the_in_process_output(llama):
             assert [t.decision for t in remote.tokens] == [t.decision for t in local.tokens]
     finally:
         backend.close()
+
+
+def test_the_app_applies_its_runtime_choice_to_the_model_names(monkeypatch):
+    import app
+    from ensemble.errors import EnsembleError
+
+    monkeypatch.setattr(app, "RUNTIME", "auto")
+    monkeypatch.setattr(app, "RUNTIME_CHOICES", ["auto", "transformers", "llamacpp"])
+    assert app._models(["qwen", "gemma3"], "llamacpp") == ["qwen@llamacpp", "gemma3@llamacpp"]
+    assert app._models("qwen@transformers, smollm2", "llamacpp") == ["qwen@transformers", "smollm2@llamacpp"]
+    assert app._models(["qwen"], "auto") == ["qwen"]  # the server's own choice: the pool's setting
+    with pytest.raises(EnsembleError, match="Unknown runtime"):
+        app._models(["qwen"], "onnx")
+    monkeypatch.setattr(app, "RUNTIME_CHOICES", ["auto", "transformers"])
+    with pytest.raises(EnsembleError, match="llama-cpp-python is not installed"):
+        app._models(["qwen"], "llamacpp")

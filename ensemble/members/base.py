@@ -72,9 +72,9 @@ class Backend:
     def describe(self) -> str:
         return self.name
 
-    def for_run(self, runtimes: list) -> Backend:
-        """The backend one run uses, given its members' runtimes (in process: threads when every runtime
-        computes without the GIL)."""
+    def for_run(self, runtimes: list, method: str = "safe") -> Backend:
+        """The backend one run of ``method`` uses, given its members' runtimes (in process: threads where members
+        computing at once measured faster than members taking turns, see :meth:`LocalBackend.for_run`)."""
         return self
 
     def assign(self, method: str, adapters: list, lead) -> None:
@@ -121,11 +121,24 @@ class LocalBackend(Backend):
 
     name = "local"
 
+    def __init__(self, overlap: bool = True):
+        self.overlap = overlap  # False: llama.cpp members take turns too (SEQUENTIAL; the bench compares both)
+
     def runtime(self, loaded, name: str):
         return loaded.new_runtime()
 
-    def for_run(self, runtimes: list) -> Backend:
-        if len(runtimes) > 1 and all(getattr(r, "gil_free", False) for r in runtimes):
+    def for_run(self, runtimes: list, method: str = "safe") -> Backend:
+        """Threads when every member is on llama.cpp (its passes release the GIL) and computing at once pays.
+
+        Measured on 2 cores with the three embedded members (``bench --only runtimes``, docs/results.md "Members on
+        llama.cpp"): SpecEM in threads 1.54x the speed of members taking turns with every core each, SAFE 0.97x,
+        every-token UniTE 0.86x (a small model's passes scale about linearly with threads here, so one core each
+        at once buys nothing over two cores each in turn; SpecEM's drafts and verifications overlap). So SpecEM
+        runs in threads, and so does every method where each member can keep two cores while all compute
+        (an extrapolation: not measured on a machine with that many cores)."""
+        if not self.overlap or len(runtimes) < 2 or not all(getattr(r, "gil_free", False) for r in runtimes):
+            return self
+        if method == "specem" or (os.cpu_count() or 1) >= 2 * len(runtimes):
             return THREADS
         return self
 
@@ -140,9 +153,10 @@ class ThreadBackend(Pooled, LocalBackend):
     parallel = True
 
     def __init__(self):
+        super().__init__()
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="member")
 
-    def for_run(self, runtimes: list) -> Backend:
+    def for_run(self, runtimes: list, method: str = "safe") -> Backend:
         return self
 
     def assign(self, method: str, adapters: list, lead) -> None:
@@ -163,6 +177,7 @@ class ThreadBackend(Pooled, LocalBackend):
 
 
 LOCAL = LocalBackend()
+SEQUENTIAL = LocalBackend(overlap=False)
 THREADS = ThreadBackend()
 
 _lock = threading.Lock()

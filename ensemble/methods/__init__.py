@@ -71,7 +71,7 @@ class EnsembleRun:
         self.recompute_context = recompute_context
         backend = backend or LOCAL
         self.adapters = [ModelAdapter(m, n, backend.runtime(m, n)) for m, n in zip(models, names, strict=True)]
-        self.backend = backend.for_run([a.runtime for a in self.adapters])
+        self.backend = backend.for_run([a.runtime for a in self.adapters], method)
         self.run = Run(method, self.adapters, prompt, settings, cancel, self.backend)
         self.trace: RunTrace = self.run.trace
         self.backend.assign(method, self.adapters, None if method == "specem" else self.run.lead)

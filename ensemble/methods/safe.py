@@ -190,9 +190,11 @@ class Safe:
 
         started = time.perf_counter()
         wait = self.run.backend.submit(job, self.verifiers)
-        self.ahead = self.draft_ahead(draft)
-        drafted = time.perf_counter()
-        rows = wait()
+        try:
+            self.ahead = self.draft_ahead(draft)
+        finally:  # a Stop while drafting ahead still waits for the verifiers' passes before the run closes them
+            drafted = time.perf_counter()
+            rows = wait()
         edges = {v.name: {b: (tok, row) for b, tok, row in found} for v, (found, _) in zip(self.verifiers, rows, strict=True)}
         if not self.pipelined:
             return edges, {}
