@@ -164,7 +164,7 @@ def run_stream(prompt, method, model_names, drafter, settings_values: dict, requ
         bases = [split_runtime(n)[0] for n in names]
         extra = {"drafter": drafter if drafter in bases else None} if method == "safe" and drafter else {}
         settings = settings_from_controls(settings_values, **extra)
-        settings.validate(method, names)
+        settings.validate(method, bases)
         yield view
         models = load_models(names, progress)
         job = EnsembleRun(models, prompt, method, settings, cancel=cancel, backend=_backend_for(models))
@@ -371,7 +371,7 @@ def run_ensemble(prompt: str, method: str = "safe", models: str = ",".join(DEFAU
         clean_prompt(prompt)
         names = _models(models)
         config = build_settings(method, settings or {})
-        config.validate(method, names)
+        config.validate(method, [split_runtime(n)[0] for n in names])  # a run's members are named without @runtime
         job = EnsembleRun(models := load_models(names), prompt, method, config, backend=_backend_for(models))
         for _ in job.events():
             pass

@@ -71,6 +71,8 @@ def main() -> None:
     parser.add_argument("--models", default="qwen,smollm2,gemma3")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--runtimes", default="auto", help="the Run tab's Runtime choice(s), measured side by side "
+                        "(e.g. transformers,llamacpp); each is warmed by one untimed run first")
     args = parser.parse_args()
 
     import app
@@ -82,15 +84,21 @@ def main() -> None:
     app.launch(port=port, block=False)
     root = f"http://127.0.0.1:{port}"
     models = args.models.split(",")
-    print(f"{'method':<8} {'first token (median s)':>22} {'first draft':>11} {'updates':>8} {'bytes sent':>11} {'final strip':>12} "
-          f"{'largest':>8}")
+    runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
+    for runtime in runtimes:  # load each runtime's models before timing (the app loads them on first use)
+        press_run(root, "unite", models, 2, runtime=runtime)
+    print(f"{'method':<8} {'runtime':<13} {'first token (median s)':>22} {'first draft':>11} {'updates':>8} {'bytes sent':>11} "
+          f"{'final strip':>12} {'largest':>8}")
     for method in args.methods.split(","):
-        runs = [press_run(root, method, models if method != "single" else models[:1], args.max_new_tokens) for _ in range(args.repeat)]
-        first = statistics.median(r["first_token_s"] for r in runs)
-        last = runs[-1]
-        drafts = [r["first_draft_s"] for r in runs if r["first_draft_s"] is not None]
-        shown = f"{statistics.median(drafts):.2f}" if drafts else "-"
-        print(f"{method:<8} {first:>22.2f} {shown:>11} {last['updates']:>8} {last['bytes_sent']:>11} {last['final_strip_bytes']:>12} {last['largest_update']:>8}")
+        for runtime in runtimes:
+            chosen = models if method != "single" else models[:1]
+            runs = [press_run(root, method, chosen, args.max_new_tokens, runtime=runtime) for _ in range(args.repeat)]
+            first = statistics.median(r["first_token_s"] for r in runs)
+            last = runs[-1]
+            drafts = [r["first_draft_s"] for r in runs if r["first_draft_s"] is not None]
+            shown = f"{statistics.median(drafts):.2f}" if drafts else "-"
+            print(f"{method:<8} {runtime:<13} {first:>22.2f} {shown:>11} {last['updates']:>8} {last['bytes_sent']:>11} "
+                  f"{last['final_strip_bytes']:>12} {last['largest_update']:>8}")
     app.demo.close()
 
 
