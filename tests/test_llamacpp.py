@@ -241,3 +241,23 @@ def test_the_app_applies_its_runtime_choice_to_the_model_names(monkeypatch):
     monkeypatch.setattr(app, "RUNTIME_CHOICES", ["auto", "transformers"])
     with pytest.raises(EnsembleError, match="llama-cpp-python is not installed"):
         app._models(["qwen"], "llamacpp")
+
+
+def test_stop_while_llama_members_compute_in_threads_ends_cleanly(llama):
+    """Stop during SpecEM's drafts (three llama.cpp contexts busy in threads): the run ends as cancelled with a
+    valid trace, and closing the contexts waits for the passes in flight instead of freeing them under a thread."""
+    import threading
+
+    from ensemble.methods import StatusEvent
+
+    cancel = threading.Event()
+    job = EnsembleRun([llama["qwen"], llama["smollm2"], llama["gemma3"]], GSM8K, "specem",
+                      Settings(max_new_tokens=64, stop_strings=[]), cancel=cancel)
+    assert job.backend is THREADS
+    for event in job.events():
+        if isinstance(event, StatusEvent):
+            cancel.set()  # the first draft is in: the other members are still drafting
+    assert job.trace.stats.stop_reason == "cancelled"
+    assert all(a.runtime._closed for a in job.adapters)
+    again = generate([llama["qwen"], llama["smollm2"]], PROMPT, "specem", Settings(max_new_tokens=8, stop_strings=[]))
+    assert again.text.strip()  # the shared weights serve the next run
