@@ -49,6 +49,10 @@ class EvaluationError(EnsembleError):
     """An evaluation that cannot run as asked (bad data file, incompatible resume, malformed summary)."""
 
 
+class LlamaCppMissing(EnsembleError):
+    """The llama.cpp runtime was asked for but ``llama-cpp-python`` is not installed."""
+
+
 class MemberDied(EnsembleError):
     """A member's process (a Ray actor) stopped during a run; the next run starts a new one."""
 

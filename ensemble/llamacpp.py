@@ -25,7 +25,6 @@ unless the user set it.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import threading
@@ -38,7 +37,7 @@ import numpy as np
 import torch
 
 from .cached import ForwardStats
-from .errors import Cancelled, EnsembleError, ModelLoadError
+from .errors import Cancelled, EnsembleError, LlamaCppMissing, ModelLoadError
 from .response import common_prefix
 
 LLAMA_CPP_VERSION = "0.3.36"
@@ -46,10 +45,6 @@ MAX_CONTEXT = 8192
 """Context cells per run (a run's prompt is at most 2048 tokens by default and its budget at most 4096)."""
 MAX_BLOCKS = 15
 """Draft blocks one verify-in-line pass can hold (one llama.cpp sequence each, after the context's)."""
-
-
-class LlamaCppMissing(EnsembleError):
-    """The llama.cpp runtime was asked for but ``llama-cpp-python`` is not installed."""
 
 
 @cache
@@ -133,8 +128,10 @@ class GGUFWeights:
             self.ptr = None
 
     def __del__(self):
-        with contextlib.suppress(Exception):  # interpreter shutdown: the library may be gone already
+        try:  # noqa: SIM105 - at interpreter shutdown even the contextlib module may be gone
             self.close()
+        except Exception:  # noqa: BLE001 - the library may be unloaded already: nothing left to free
+            pass
 
     # A model handle cannot be pickled; a Ray member loads the GGUF by path in its own process instead.
     def __reduce__(self):
@@ -242,8 +239,10 @@ class LlamaCppModel:
             self.cache_ids, self._last_logits = [], None
 
     def __del__(self):
-        with contextlib.suppress(Exception):  # interpreter shutdown: the library may be gone already
+        try:  # noqa: SIM105 - at interpreter shutdown even the contextlib module may be gone
             self.close()
+        except Exception:  # noqa: BLE001 - the library may be unloaded already: nothing left to free
+            pass
 
     def check_cancel(self) -> None:
         if self.cancel is not None and self.cancel.is_set():
