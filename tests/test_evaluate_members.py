@@ -52,3 +52,11 @@ def test_summary_counts_replacements_and_discards_per_100_tokens():
     by = {r["method"]: r for r in summarize(rows)}
     assert by["safe-unite"]["replaced_per_100"] == 2.0 and by["safe-unite"]["discarded_per_100"] == 6.0
     assert by["single:qwen"]["replaced_per_100"] == 0.0
+
+
+def test_a_member_may_name_its_runtime_and_keeps_its_weight():
+    """``qwen@llamacpp=2``: the pool loads qwen on llama.cpp, and the run (which names it qwen) weighs it 2."""
+    (spec,) = parse_methods("safe-unite@qwen@llamacpp=2+gemma3")
+    assert spec.members == ("qwen@llamacpp", "gemma3")
+    assert dict(spec.weights) == {"qwen": 2.0}
+    assert spec.settings(Settings()).weights == {"qwen": 2.0}

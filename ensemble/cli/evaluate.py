@@ -13,6 +13,7 @@ from ..errors import EvaluationError, UnknownModelError
 from ..evaluation import SPEC_HELP, EvalConfig, check_compatible, load_questions, parse_methods, run_evaluation, select_questions
 from ..files import file_sha256
 from ..models import DEFAULT_MODELS, ModelPool, resolve
+from ..models.runtimes import split_runtime
 from ..outputs import check_output_folder
 from .common import models_arg
 from .options import add_backend_options, add_engine_options, backend_from_args, settings_from_args
@@ -80,7 +81,7 @@ def cmd_evaluate(args) -> int:
     check_output_folder(config.out)
     for name in config.model_names():
         try:
-            resolve(name)
+            resolve(split_runtime(name)[0])
         except UnknownModelError as exc:
             where = f"single:{name}" if name not in config.models else "--models"
             raise EvaluationError(f"{where}: {exc}") from exc

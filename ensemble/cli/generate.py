@@ -9,6 +9,7 @@ import threading
 
 from ..errors import MemberDied, SettingsError
 from ..models import resolve
+from ..models.runtimes import split_runtime
 from ..outputs import check_output_file
 from .common import models_arg, read_text
 from .options import add_backend_options, add_engine_options, backend_from_args, settings_from_args
@@ -52,8 +53,9 @@ def cmd_generate(args) -> int:
     names = models_arg(args.models)
     # Validate before loading anything: bad input or an unwritable --out fails in milliseconds, not after a run.
     clean_prompt(prompt)
-    settings.validate(args.method, names)
-    for name in names:
+    bases = [split_runtime(n)[0] for n in names]  # qwen@llamacpp is the member qwen on llama.cpp
+    settings.validate(args.method, bases)
+    for name in bases:
         resolve(name)
     if args.out:
         check_output_file(args.out)

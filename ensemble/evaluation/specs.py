@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..errors import EnsembleError, EvaluationError
+from ..models.runtimes import split_runtime
 from ..settings import Settings
 from .data import INSTRUCTION
 
@@ -55,7 +56,8 @@ class MethodSpec:
 
 
 def _members(label: str, text: str) -> tuple[tuple[str, ...], tuple[tuple[str, float], ...]]:
-    """``qwen=2+gemma3`` -> (("qwen", "gemma3"), (("qwen", 2.0),))."""
+    """``qwen=2+gemma3`` -> (("qwen", "gemma3"), (("qwen", 2.0),)); ``qwen@llamacpp=2`` keeps the runtime in the
+    name (the pool loads that) and weighs ``qwen``."""
     names, weights = [], []
     for part in text.split("+"):
         name, eq, weight = (x.strip() for x in part.partition("="))
@@ -63,8 +65,8 @@ def _members(label: str, text: str) -> tuple[tuple[str, ...], tuple[tuple[str, f
             raise EvaluationError(f"{label}: an empty model name after '@'; write e.g. safe-unite@qwen=2+gemma3.")
         names.append(name)
         if eq:
-            try:
-                weights.append((name, float(weight)))
+            try:  # a run names its members without "@runtime" (qwen@llamacpp=2 weighs the member qwen)
+                weights.append((split_runtime(name)[0], float(weight)))
             except ValueError as exc:
                 raise EvaluationError(f"{label}: the weight of {name} must be a number, not {weight!r}.") from exc
     return tuple(names), tuple(weights)
@@ -139,7 +141,8 @@ class EvalConfig:
             raise EvaluationError("Ensemble methods need --models (e.g. --models qwen,smollm2,gemma3).")
         for spec in self.methods:
             try:
-                spec.settings(self.settings).validate(spec.method, spec.model_names(self.models))
+                members = [split_runtime(n)[0] for n in spec.model_names(self.models)]  # as the run names them
+                spec.settings(self.settings).validate(spec.method, members)
             except EnsembleError as exc:
                 raise EvaluationError(f"{spec.label}: {exc}") from exc
         return self

@@ -143,7 +143,7 @@ class LocalBackend(Backend):
         return self
 
     def describe(self) -> str:
-        return "local (members in this process; llama.cpp members at the same time in threads)"
+        return "local (members in this process; llama.cpp members at the same time in threads where that measured faster)"
 
 
 class ThreadBackend(Pooled, LocalBackend):
