@@ -17,14 +17,14 @@ from pathlib import Path
 import gradio as gr
 
 import visual
-from ensemble.access import check_offered
+from ensemble.access import offered_members
 from ensemble.align import compare
 from ensemble.errors import EnsembleError, InputError, TraceFormatError
 from ensemble.members import backend_from_env
 from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
 from ensemble.methods.base import clean_prompt
 from ensemble.models import DEFAULT_MODELS, EMBEDDED, GPU_PRESETS, ModelPool
-from ensemble.models.runtimes import RUNTIMES, check_runtime, llamacpp_available, runtime_from_env, split_runtime
+from ensemble.models.runtimes import RUNTIMES, llamacpp_available, runtime_from_env, split_runtime
 from ensemble.settings import METHODS, Settings
 from ensemble.trace import MAX_TRACE_BYTES, RunTrace
 from ui import tabs
@@ -84,25 +84,7 @@ def _session(request: gr.Request | None) -> str:
 
 # -- helpers ---------------------------------------------------------------------------------------------------
 def _models(names, runtime: str | None = None) -> list[str]:
-    """The run's model names, each offered by this server; ``name@runtime`` keeps its own runtime, the others get
-    ``runtime`` when one is chosen (None or the server's own: the pool's setting)."""
-    if isinstance(names, str):
-        names = [n.strip() for n in names.split(",")]
-    if not isinstance(names, list | tuple):
-        raise InputError("models must be a comma-separated list of model names.")
-    out = [n for n in names if isinstance(n, str) and n.strip()]
-    if not out:
-        raise InputError("Choose at least one model.")
-    runtime = check_runtime(runtime) if runtime else None
-    if runtime is not None and runtime not in RUNTIME_CHOICES:
-        raise InputError(f"This server cannot run models on {runtime}: llama-cpp-python is not installed here.")
-    chosen = []
-    for name in out:
-        base, own = split_runtime(name.strip())
-        base = check_offered(base, MODEL_CHOICES)  # only names this server offers
-        use = own or (runtime if runtime not in (None, RUNTIME) else None)
-        chosen.append(f"{base}@{use}" if use else base)
-    return chosen
+    return offered_members(names, MODEL_CHOICES, runtime, RUNTIME, RUNTIME_CHOICES)
 
 
 def build_settings(method: str, values: dict) -> Settings:

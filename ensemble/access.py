@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from .errors import UnknownModelError, name_list
+from .errors import InputError, UnknownModelError, name_list
 from .models import resolve
+from .models.runtimes import check_runtime, split_runtime
 
 ALLOW_PATHS = "ENSEMBLE_LENS_ALLOW_PATHS"
 ALLOW_MODELS = "ENSEMBLE_LENS_ALLOW_MODELS"
@@ -50,3 +51,27 @@ def check_offered(name: str, shown: Iterable[str]) -> str:
         f"Unknown model {shown_name!r}. This server offers: {name_list(names)}. "
         f"(Paths and other hub ids need the server to be started with {ALLOW_PATHS}=1.)"
     )
+
+
+def offered_members(names, shown: Iterable[str], runtime: str | None, server_runtime: str, runtimes: Iterable[str]) -> list[str]:
+    """A run's model names from the app or its API (a list, or one comma-separated string), each offered by the
+    server (:func:`check_offered`). ``name@runtime`` keeps its own runtime; the others get ``runtime`` when the
+    visitor chose one other than the server's own (``server_runtime``: the pool's setting then applies), if this
+    server can run it (``runtimes``)."""
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",")]
+    if not isinstance(names, list | tuple):
+        raise InputError("models must be a comma-separated list of model names.")
+    out = [n for n in names if isinstance(n, str) and n.strip()]
+    if not out:
+        raise InputError("Choose at least one model.")
+    runtime = check_runtime(runtime) if runtime else None
+    if runtime is not None and runtime not in runtimes:
+        raise InputError(f"This server cannot run models on {runtime}: llama-cpp-python is not installed here.")
+    chosen = []
+    for name in out:
+        base, own = split_runtime(name.strip())
+        base = check_offered(base, shown)
+        use = own or (runtime if runtime not in (None, server_runtime) else None)
+        chosen.append(f"{base}@{use}" if use else base)
+    return chosen

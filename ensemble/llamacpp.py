@@ -107,7 +107,6 @@ class GGUFWeights:
         self.n_params = int(ll.llama_model_n_params(self.ptr))
         self.size_bytes = int(ll.llama_model_size(self.ptr))
         self.context_limit = min(self.n_ctx_train or MAX_CONTEXT, MAX_CONTEXT)
-        self._lock = threading.Lock()
 
     def tokenize(self, text: str, special: bool = False) -> list[int]:
         """llama.cpp's own token ids of ``text`` (no BOS; special tokens parsed only when asked)."""

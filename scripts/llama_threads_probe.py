@@ -1,8 +1,9 @@
 """Do llama.cpp members compute at the same time in threads of one process? (issue 17, item 4)
 
-    python scripts/llama_threads_probe.py [--tokens 48]
+    python scripts/llama_threads_probe.py [--tokens 128]
 
-Two members (qwen and gemma3, llama.cpp runtime) each decode ``--tokens`` tokens after a short prompt, greedily:
+Two members (qwen and gemma3, llama.cpp runtime) each decode ``--tokens`` tokens after a GSM8K question of the
+shared data (as ``bench`` asks it), greedily:
 one after the other, then at the same time in two Python threads, for 1 and 2 threads per context. If the C
 calls held the GIL, the two-thread run would take as long as the sequential one; if they release it, it takes
 about as long as the slower member alone (on enough cores). Prints seconds and the overlap ratio.
@@ -18,13 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-PROMPT = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips?"
-
-
-def decode(model, tokens: int, threads: int) -> float:
+def decode(model, prompt: str, tokens: int, threads: int) -> float:
     runtime = model.new_runtime()
     runtime.threads = threads
-    ids = model.prompt_ids(PROMPT)
+    ids = model.prompt_ids(prompt)
     runtime.rows(ids, [len(ids) - 1])
     started = time.perf_counter()
     for _ in range(tokens):
@@ -36,18 +34,21 @@ def decode(model, tokens: int, threads: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", type=int, default=48)
+    parser.add_argument("--tokens", type=int, default=128)
     args = parser.parse_args()
+    from ensemble.bench import reasoning_prompts
     from ensemble.models import ModelPool, quiet_progress
+
+    prompt = reasoning_prompts(None, 1, 0)[1][0]
 
     pool = ModelPool(runtime="llamacpp")
     members = pool.get_many(["qwen", "gemma3"], quiet_progress)
-    decode(members[0], 4, 1)  # warm the pages of the memory-mapped files
-    decode(members[1], 4, 1)
+    decode(members[0], prompt, 4, 1)  # warm the pages of the memory-mapped files
+    decode(members[1], prompt, 4, 1)
     for threads in (1, 2):
-        alone = [decode(m, args.tokens, threads) for m in members]
+        alone = [decode(m, prompt, args.tokens, threads) for m in members]
         def job(i: int, threads: int = threads) -> None:
-            decode(members[i], args.tokens, threads)
+            decode(members[i], prompt, args.tokens, threads)
 
         workers = [threading.Thread(target=job, args=(i,)) for i in range(2)]
         started = time.perf_counter()

@@ -87,8 +87,8 @@ def cmd_bench(args) -> int:
         "settings": {"models": names, "max_new_tokens": args.max_new_tokens, "prompts": len(prompts), "repeat": args.repeat},
     }
     report["machine"]["dtype"] = None
-    only_runtimes = sections == ["runtimes"]
-    loaded = bench_load(names, args.device, args.dtype, "transformers" if not only_runtimes else first_runtime(args))
+    loaded_as = first_runtime(args) if sections == ["runtimes"] else "transformers"
+    loaded = bench_load(names, args.device, args.dtype, loaded_as)
     models = loaded["models"]
     report["machine"]["dtype"] = next(iter(models.values())).info["dtype"]
     if "load" in sections:
@@ -110,8 +110,9 @@ def cmd_bench(args) -> int:
         report["backends"]["data"] = data_info
     if "runtimes" in sections and len(ordered) > 1:
         per_runtime = {}
-        for runtime in runtime_names(args):
-            per_runtime[runtime] = [bench_load([n], args.device, args.dtype, runtime)["models"][n] for n in names]
+        for runtime in runtime_names(args):  # the models loaded above serve their own runtime
+            found = models if runtime == loaded_as else bench_load(names, args.device, args.dtype, runtime)["models"]
+            per_runtime[runtime] = [found[n] for n in names]
         report["runtimes"] = bench_runtimes(per_runtime, reasoning, args.reasoning_tokens, args.lookahead, args.repeat)
         report["runtimes"]["data"] = data_info
     if "specem" in sections and len(ordered) > 1:

@@ -132,8 +132,8 @@ class LocalBackend(Backend):
 
         Measured on 2 cores with the three embedded members (``bench --only runtimes``, docs/results.md "Members on
         llama.cpp"): SpecEM in threads 1.54x the speed of members taking turns with every core each, SAFE 0.97x,
-        every-token UniTE 0.86x (a small model's passes scale about linearly with threads here, so one core each
-        at once buys nothing over two cores each in turn; SpecEM's drafts and verifications overlap). So SpecEM
+        every-token UniTE 0.86x (a second thread speeds a small model's decoding up 1.7x here, so one core each
+        at once buys nothing over two cores each in turn, ``scripts/llama_threads_probe.py``; SpecEM's drafts and verifications overlap). So SpecEM
         runs in threads, and so does every method where each member can keep two cores while all compute
         (an extrapolation: not measured on a machine with that many cores)."""
         if not self.overlap or len(runtimes) < 2 or not all(getattr(r, "gil_free", False) for r in runtimes):
