@@ -453,6 +453,32 @@ def test_an_interrupted_run_keeps_its_rows_and_resumes(tmp_path, monkeypatch):
     assert len(finish.calls) == 1 and len(jsonl(out / "rows.jsonl")) == 4
 
 
+def test_a_stop_while_a_row_is_written_still_counts_that_row(tmp_path, monkeypatch, fake):
+    """A Stop that lands inside the row's write (CI once sent it during the fsync) waits until the row is written
+    and counted: meta's new_rows matches the file, and the run then stops before the next question."""
+    import signal
+
+    from ensemble.cli.evaluate import _terminate_as_interrupt
+    from ensemble.evaluation import runner
+
+    real_append = runner.append_row
+
+    def append_then_killed(fh, row):
+        real_append(fh, row)
+        signal.raise_signal(signal.SIGTERM)  # arrives after the write, before the runner counts the row
+        time.sleep(0.01)
+
+    monkeypatch.setattr(runner, "append_row", append_then_killed)
+    data = write_data(tmp_path / "q.jsonl", [(1, 2), (3, 4)])
+    with _terminate_as_interrupt(), pytest.raises(KeyboardInterrupt):
+        run_evaluation(config_for(tmp_path, data), fake_models("a", "b"), progress=False)
+    out = tmp_path / "out"
+    meta = json.loads((out / "meta.json").read_text())
+    assert len(jsonl(out / "rows.jsonl")) == 1 == len(fake.calls)
+    assert meta["complete"] is False and meta["runs"][-1]["new_rows"] == 1
+    assert signal.getsignal(signal.SIGTERM) is not None and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_a_run_split_by_method_joins_back_into_one_report(tmp_path, monkeypatch):
     data = write_data(tmp_path / "q.jsonl", [(1, 2), (3, 4), (5, 6)])
     full = config_for(tmp_path, data, methods="single:a,single:b,unite")

@@ -6,7 +6,9 @@ import datetime as _dt
 import json
 import os
 import platform
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -22,6 +24,34 @@ from .summary import paired_questions, summarize
 
 HtmlWriter = Callable[[Path, list[dict], dict], object]
 """Writes ``report.html`` from a folder's summary and meta (the command line's, which draws with ``visual``)."""
+
+
+class _StopsDeferred:
+    """Ctrl-C or ``kill`` arriving while a finished row is written and counted waits until both are done, so
+    ``meta.json``'s ``new_rows`` always equals the rows the file gained (a Stop mid-``fsync`` used to leave the
+    row in the file but uncounted). Off the main thread signals are not ours to touch and this does nothing."""
+
+    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __enter__(self):
+        self._pending = None
+        self._previous = {}
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for sig in self._SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._hold)
+        return self
+
+    def _hold(self, signum, frame):
+        self._pending = signum
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        if self._pending is not None and exc[0] is None:
+            signal.raise_signal(self._pending)  # delivered again, now to the handler that was in place
+        return False
+
 
 def _now() -> str:
     return _dt.datetime.now(_dt.UTC).astimezone().isoformat(timespec="seconds")
@@ -130,9 +160,10 @@ def _run_locked(config, loaded, out, questions_all, questions, data_sha, model_i
                 except EnsembleError as exc:
                     bar.write(f"warning: question {question.qid}, {spec.label}: {exc}", file=sys.stderr)
                     row = make_row(question, spec.label, error=str(exc), latency_s=time.perf_counter() - t0)
-                append_row(fh, row)
-                rows.append(row)
-                new_rows += 1
+                with _StopsDeferred():
+                    append_row(fh, row)
+                    rows.append(row)
+                    new_rows += 1
                 bar.update(1)
         complete = True
     finally:
