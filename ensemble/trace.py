@@ -160,6 +160,7 @@ class RunTrace:
     model_info: dict[str, dict] = field(default_factory=dict)
     drafter: str | None = None  # the model whose tokens the others check (SAFE's drafter, GaC's primary); None: SpecEM
     created: str = ""
+    fork: dict | None = None  # a fork (ensemble.fork): {"at", "chars", "method", "models"}; tokens cover text[chars:]
     schema_version: int = SCHEMA_VERSION
 
     # -- serialisation ----------------------------------------------------------------------------------
@@ -389,6 +390,21 @@ def _check(data) -> None:
     _optional(data, "created", str, "trace")
     _check_drafter(data)
     _optional(data, "error", str, "trace")
+    _check_fork(data)
+
+
+def _check_fork(data: dict) -> None:
+    """A fork's record: the run it continues (method, models) and where (token ``at``, characters ``chars``)."""
+    fork = data.get("fork")
+    if fork is None:
+        return
+    if not isinstance(fork, dict):
+        raise TraceFormatError("trace.fork must be an object (the run this one forks) or null.")
+    _require(fork, {"at": int, "chars": int, "method": str, "models": list}, "trace.fork")
+    if not 0 <= fork["at"] <= 1_000_000 or not 0 <= fork["chars"] <= len(data["text"]):
+        raise TraceFormatError("trace.fork.at and trace.fork.chars must be a token number and a place in the text.")
+    if not all(isinstance(m, str) for m in fork["models"]):
+        raise TraceFormatError("trace.fork.models must be a list of model names.")
 
 
 def _check_token(tok, where: str, text_len: int) -> None:

@@ -91,7 +91,7 @@ def check(trace) -> None:
 
 def _check_tokens(trace, names: set[str]) -> None:
     text, tokens = trace.text, trace.tokens
-    pos = 0
+    pos = trace.fork["chars"] if trace.fork else 0  # a fork's tokens cover what it wrote after the text it kept
     group: list = []  # tokens sharing one span: the byte tokens of a character, then the token finishing it
     for i, tok in enumerate(tokens):
         where = f"trace.tokens[{i}]"

@@ -49,6 +49,8 @@ class EnsembleRun:
         cancel: set it to stop the run between steps; the partial trace stays valid.
         recompute_context: SpecEM only: drop every cache each round (the released code's behaviour, for bench).
         backend: where the members compute (:mod:`ensemble.members`; default in this process).
+        fork: a fork's record (:mod:`ensemble.fork`): the response starts as ``kept`` (the forked run's text up to
+            the fork point) and ``fork`` is kept in the trace.
     """
 
     def __init__(
@@ -60,6 +62,8 @@ class EnsembleRun:
         cancel: threading.Event | None = None,
         recompute_context: bool = False,
         backend: Backend | None = None,
+        fork: dict | None = None,
+        kept: str = "",
     ):
         settings = settings or Settings()
         names = unique_names(models)
@@ -72,7 +76,7 @@ class EnsembleRun:
         backend = backend or LOCAL
         self.adapters = [ModelAdapter(m, n, backend.runtime(m, n)) for m, n in zip(models, names, strict=True)]
         self.backend = backend.for_run([a.runtime for a in self.adapters], method)
-        self.run = Run(method, self.adapters, prompt, settings, cancel, self.backend)
+        self.run = Run(method, self.adapters, prompt, settings, cancel, self.backend, fork, kept)
         self.trace: RunTrace = self.run.trace
         self.backend.assign(method, self.adapters, None if method == "specem" else self.run.lead)
 

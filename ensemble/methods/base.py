@@ -106,6 +106,8 @@ class Run:
         settings: Settings,
         cancel: threading.Event | None = None,
         backend: Backend | None = None,
+        fork: dict | None = None,
+        kept: str = "",
     ):
         self.method = method
         self.adapters = adapters
@@ -113,7 +115,6 @@ class Run:
         self.settings = settings
         self.cancel = cancel or threading.Event()
         self.started = time.perf_counter()
-        self.text = ""
         self.prompt, warnings = clean_prompt(prompt)
         effective = settings.to_dict()
         effective["sharpen"] = settings.sharpen_for(method)
@@ -128,6 +129,7 @@ class Run:
             created=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             model_info={a.name: {"source": a.loaded.source, **a.loaded.info} for a in adapters},
             drafter=None if method == "specem" else (settings.drafter or adapters[0].name),
+            fork=fork,
         )
         self.stop_strings = (
             list(settings.stop_strings)
@@ -144,6 +146,9 @@ class Run:
             adapter.reset_stats()
             adapter.cancel = self.cancel
             adapter.start(self.prompt)
+            if kept:  # a fork (ensemble.fork): the response so far is the run's kept text, tokenized afresh
+                adapter.sync(kept)
+        self.text = kept
 
     @property
     def lead(self) -> ModelAdapter:

@@ -1,0 +1,154 @@
+""""What if" forks: continue a finished run from one of its tokens with another method, and compare.
+
+A fork keeps the response text of a trace up to a token (the tokens before it and the text they cover) and lets
+a method (the drafter alone, or any ensemble method on the same models) write the rest, with the trace's own
+settings unless told otherwise. The two continuations are then compared: the first character where they differ
+and a word-level diff.
+
+Which reading of "continue from token N" this is: every member re-tokenizes the kept text and runs the method
+from there, exactly as members re-synchronise after a fused token inside a run (:meth:`ResponseTokens.sync`).
+So a greedy fork at the run's own settings reproduces the run's text wherever each member's tokens of the kept
+text are the ones its tokenizer gives that text (tested on the embedded models); a model whose own generated
+spelling of the kept text was not its tokenizer's (rare) may continue differently, and so may SAFE forked in
+the middle of a draft block (its blocks then start at the fork, not where the run's blocks started).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+
+from .errors import InputError
+from .settings import METHODS, Settings
+from .trace import RunTrace
+
+DRAFTER_ALONE = "drafter"
+"""The fork method that means "the run's drafter alone" (``single`` on the drafter; SpecEM: its first model)."""
+
+FORK_METHODS = (DRAFTER_ALONE, *METHODS)
+
+
+def fork_point(trace: RunTrace, at: int) -> tuple[int, int]:
+    """``(first token re-decided, characters kept)`` for a fork at the trace's token ``at``.
+
+    ``at`` is a token's index in the trace (``data-i`` on the strip; a fork's own tokens count from 0 after the
+    text it kept). At 0 the whole answer is rewritten; at ``len(tokens)`` it is only continued. A token inside a
+    character split into byte tokens forks at that character's first token.
+    """
+    tokens = trace.tokens
+    if isinstance(at, bool) or not isinstance(at, int):
+        raise InputError(f"The fork point must be a token number, not {str(at)[:40]!r}.")
+    if not 0 <= at <= len(tokens):
+        raise InputError(f"Token #{at} is not in this run: fork at a token from #0 to #{len(tokens)}.")
+    if at == len(tokens):
+        return at, len(trace.text)
+    while at > 0 and tokens[at - 1].start == tokens[at].start and tokens[at].start < tokens[at].end:
+        at -= 1  # byte tokens of one character: the character is re-decided from its first byte
+    return at, tokens[at].start
+
+
+def fork_method(trace: RunTrace, method: str) -> tuple[str, str | None]:
+    """The engine method a fork method names, and the drafter setting it runs with (``drafter`` is ``single``
+    on the run's drafter, the one model :func:`member_names` loads for it)."""
+    if method not in FORK_METHODS:
+        raise InputError(f"Unknown fork method {str(method)[:40]!r}: use one of {', '.join(FORK_METHODS)}.")
+    if method == DRAFTER_ALONE:
+        return "single", None  # the drafter is the one model the fork loads (member_names)
+    return method, (trace.settings.get("drafter") if method in ("single", "safe") else None)
+
+
+def fork_settings(trace: RunTrace, method: str, at: int, **overrides) -> Settings:
+    """The trace's settings for a fork by ``method`` at ``at`` ("same settings otherwise").
+
+    What the engine resolved for the trace's own method goes back to "the method's default" when the fork runs
+    another one: sharpening (heuristic for SAFE, none for the every-token methods) and the every-token
+    methods' fusion name. The token budget is what the run had left at the fork (at least 1) unless given.
+    """
+    engine_method, drafter = fork_method(trace, method)
+    data = {k: v for k, v in trace.settings.items() if k in Settings.__dataclass_fields__}
+    if engine_method != trace.method:
+        if data.get("sharpen") == Settings().sharpen_for(trace.method):
+            data["sharpen"] = None
+        if trace.method in ("unite", "gac") and data.get("fusion") == trace.method:
+            data["fusion"] = "unite"
+    data["drafter"] = drafter
+    data["max_new_tokens"] = max(1, int(data.get("max_new_tokens", 128)) - at)
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    return Settings.from_dict(data)
+
+
+def member_names(trace: RunTrace, method: str) -> list[str]:
+    """The models a fork loads: the trace's (an identical copy ``qwen#2`` loads ``qwen`` again); the drafter
+    alone loads only the drafter."""
+    names = [re.sub(r"#\d+$", "", m) for m in trace.models]
+    if method == DRAFTER_ALONE:
+        return [names[trace.models.index(trace.drafter or trace.models[0])]]
+    return names
+
+
+@dataclass
+class ForkComparison:
+    """Two continuations of one kept text: where they part and what differs, word by word.
+
+    ``divergence`` is the first character (counted in the continuations) where they differ, None when they are
+    equal; ``diff`` is a list of ``[op, original words, fork words]`` with op ``equal`` | ``replace`` |
+    ``delete`` | ``insert``.
+    """
+
+    kept: str
+    original: str
+    forked: str
+    divergence: int | None
+    diff: list[list[str]] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"kept": self.kept, "original": self.original, "forked": self.forked, "divergence": self.divergence,
+                "identical": self.divergence is None, "diff": self.diff}
+
+
+_WORDS = re.compile(r"\s+|\w+|[^\w\s]", re.UNICODE)
+
+
+def compare_continuations(original: RunTrace, forked: RunTrace) -> ForkComparison:
+    """Compare the text ``original`` wrote after the fork point with what ``forked`` wrote there."""
+    chars = int(forked.fork["chars"]) if forked.fork else 0
+    kept = forked.text[:chars]
+    if original.text[:chars] != kept:
+        raise InputError("The fork does not continue this run: their texts differ before the fork point.")
+    a, b = original.text[chars:], forked.text[chars:]
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    divergence = None if a == b else n
+    wa, wb = _WORDS.findall(a), _WORDS.findall(b)
+    diff = [[op, "".join(wa[i1:i2]), "".join(wb[j1:j2])]
+            for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, wa, wb, autojunk=False).get_opcodes()]
+    return ForkComparison(kept, a, b, divergence, diff)
+
+
+def start_fork(models: list, trace: RunTrace, at: int, method: str = DRAFTER_ALONE, settings: Settings | None = None,
+               **kwargs):
+    """An :class:`~ensemble.methods.EnsembleRun` continuing ``trace`` from its token ``at`` with ``method``.
+
+    Args:
+        models: the loaded models of :func:`member_names` (in that order).
+        settings: default :func:`fork_settings` (the trace's, the budget it had left).
+        kwargs: passed on to :class:`EnsembleRun` (``cancel``, ``backend``).
+    """
+    from .methods import EnsembleRun
+
+    at, chars = fork_point(trace, at)
+    engine_method, _ = fork_method(trace, method)
+    settings = settings or fork_settings(trace, method, at)
+    record = {"at": at, "chars": chars, "method": trace.method, "models": list(trace.models)}
+    return EnsembleRun(models, trace.prompt, engine_method, settings, fork=record, kept=trace.text[:chars], **kwargs)
+
+
+def run_fork(models: list, trace: RunTrace, at: int, method: str = DRAFTER_ALONE, settings: Settings | None = None,
+             **kwargs) -> tuple[RunTrace, ForkComparison]:
+    """Run a fork to its end: its trace and its comparison with ``trace``."""
+    job = start_fork(models, trace, at, method, settings, **kwargs)
+    for _ in job.events():
+        pass
+    return job.trace, compare_continuations(trace, job.trace)
