@@ -4,15 +4,16 @@ Never touches a model: the only engine imports are :mod:`ensemble.trace` and :mo
 string from a trace reaches HTML through :func:`visual.escape.safe` (model output is untrusted).
 """
 
-from . import escape
+from . import escape, forks
 from .charts import fusion_figure, topk_figure
 from .escape import error_html, safe, status_html, whitespace
+from .forks import fork_html
 from .inspector import explain, inspector_json
 from .report import results_figures, results_html, write_report
 from .specem import rounds_html, score_heatmap, weights_figure, weights_note
 from .splits import tokenization_html
 from .stats import compare_figure, compare_frame, stats_frame, stats_html, token_frame, tokens_csv
-from .strip import StripBuilder, compare_html, strip_html, token_groups
+from .strip import StripBuilder, compare_html, kept_html, strip_html, token_groups
 from .style import CSS, DECISION_LABELS, legend_html
 from .tokenizers import MISMATCH_EXPLAINER, tokenizer_counts_frame, tokenizers_html
 
@@ -27,8 +28,11 @@ __all__ = [
     "error_html",
     "escape",
     "explain",
+    "fork_html",
+    "forks",
     "fusion_figure",
     "inspector_json",
+    "kept_html",
     "legend_html",
     "results_figures",
     "results_html",

@@ -140,9 +140,20 @@ class StripBuilder:
         return f'<span class="{cls}" data-i="{int(record.index)}" title="{safe(title)}">{body}</span>'
 
 
+def kept_html(trace: RunTrace, show_whitespace: bool = True) -> str:
+    """A fork's kept text (what the run it forks had written before the fork point), drawn plain before the
+    fork's own tokens; "" for a run that is not a fork."""
+    fork = trace.fork
+    if not fork or not fork.get("chars"):
+        return ""
+    title = (f"kept from the {fork.get('method')} run on {', '.join(map(str, fork.get('models', [])))} "
+             f"(its tokens #0–#{int(fork.get('at', 0)) - 1}); the fork wrote what follows")
+    return f'<span class="el-kept" title="{safe(title)}">{whitespace(trace.text[: int(fork["chars"])], show_whitespace)}</span>'
+
+
 def strip_html(trace: RunTrace, show_whitespace: bool = True) -> str:
-    """The whole strip of a finished (or replayed) trace."""
-    return StripBuilder(trace.method, trace.models, show_whitespace).add(trace.tokens, trace.text)
+    """The whole strip of a finished (or replayed) trace (a fork's kept text first)."""
+    return kept_html(trace, show_whitespace) + StripBuilder(trace.method, trace.models, show_whitespace).add(trace.tokens, trace.text)
 
 
 def compare_html(traces: dict[str, RunTrace]) -> str:

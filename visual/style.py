@@ -135,6 +135,16 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
 .el-compare { display: grid; grid-template-columns: repeat(auto-fit, minmax(280px, 1fr)); gap: 10px; }
 .el-compare-card { border: 1px solid var(--el-line); border-radius: 6px; padding: 6px 10px; min-width: 0; }
 .el-compare-card h4 { margin: 2px 0 4px; }
+.el-kept { white-space: pre-wrap; opacity: 0.6; border-bottom: 2px dotted var(--el-line); }
+.el-fork { display: grid; grid-template-columns: repeat(auto-fit, minmax(280px, 1fr)); gap: 10px; margin-top: 6px; }
+.el-fork-side { border: 1px solid var(--el-line); border-radius: 6px; padding: 6px 10px; min-width: 0;
+  white-space: pre-wrap; overflow-wrap: anywhere; line-height: 1.7; }
+.el-fork-side h4 { margin: 2px 0 4px; white-space: normal; }
+.el-fork-split { display: inline-block; width: 0; border-left: 3px solid currentColor; height: 1.2em;
+  vertical-align: text-bottom; margin: 0 2px; }
+.el-fork-side del { text-decoration: line-through; text-decoration-thickness: 2px; background: var(--el-faint); }
+.el-fork-side ins { text-decoration: none; font-weight: 600; box-shadow: inset 0 -2px 0 currentColor;
+  background: var(--el-faint); }
 """
 """Layout of every view; the decision and model colour rules are generated after it."""
 

@@ -18,3 +18,12 @@ def read_text(path: str, errors: str) -> str:
             return fh.read()
     except OSError as exc:
         raise SettingsError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+
+
+def read_bytes(path: str, limit: int = 64 * 1024 * 1024) -> bytes:
+    """A file's bytes (at most ``limit`` of them are read: callers check sizes with their own, clearer limits)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit)
+    except OSError as exc:
+        raise SettingsError(f"Cannot read {path}: {exc.strerror or exc}.") from exc

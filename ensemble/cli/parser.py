@@ -7,13 +7,14 @@ import sys
 import traceback
 
 from ..errors import EnsembleError
-from . import bench, evaluate, generate, models, prepare, report, tokenize
+from . import bench, evaluate, fork, generate, models, prepare, report, tokenize
 
 COMMANDS = {
     "models": (models, "known models, where each comes from, whether it is cached"),
     "prepare": (prepare, "assemble and de-quantize the embedded models (once)"),
     "tokenize": (tokenize, "compare tokenizations of a text"),
     "generate": (generate, "run a method on a prompt"),
+    "fork": (fork, "continue a saved run from one of its tokens with another method, and compare"),
     "bench": (bench, "speed of every method on the embedded models"),
     "evaluate": (evaluate, "GSM8K-style evaluation of methods"),
     "report": (report, "rebuild an evaluation folder's summary and report.html from its rows"),

@@ -1,0 +1,73 @@
+"""``python -m ensemble fork TRACE.json --at N --method M``: continue a saved run from its token N another way.
+
+Loads the trace's models (``--runtime`` as for generate), runs the fork (:mod:`ensemble.fork`), prints both
+continuations and where they part, and saves the fork's trace with ``--out`` (it opens in the app's Trace tab).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..fork import DRAFTER_ALONE, FORK_METHODS, member_names
+from ..outputs import check_output_file
+from .common import read_bytes
+from .options import add_runtime_option
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", help="a trace JSON file (generate --out, the app's Trace tab export)")
+    p.add_argument("--at", type=int, required=True, help="the token number to re-decide (0 = the whole answer)")
+    p.add_argument("--method", default=DRAFTER_ALONE, choices=FORK_METHODS,
+                   help=f"{DRAFTER_ALONE}: the run's drafter alone (default); or any method on the run's models")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="the fork's token budget (default: what the run had left at the fork)")
+    p.add_argument("--out", default=None, help="save the fork's trace JSON here")
+    p.add_argument("--json", action="store_true", help="print the fork's trace and the comparison as JSON")
+    p.add_argument("--device", default="cpu", help="cpu | cuda:N | auto")
+    add_runtime_option(p)
+    p.set_defaults(func=cmd_fork)
+
+
+def cmd_fork(args) -> int:
+    from ..fork import fork_point, fork_settings, run_fork
+    from ..models import ModelPool, resolve
+    from ..trace import RunTrace, unique_labels
+
+    trace = RunTrace.from_json(read_bytes(args.trace))
+    at, _ = fork_point(trace, args.at)
+    settings = fork_settings(trace, args.method, at, max_new_tokens=args.max_new_tokens)
+    names = member_names(trace, args.method)
+    method = "single" if args.method == DRAFTER_ALONE else args.method
+    settings.validate(method, unique_labels(names))  # the run names a second copy qwen#2, as the trace did
+    for name in names:
+        resolve(name)
+    if args.out:
+        check_output_file(args.out)
+    pool = ModelPool(device=args.device, runtime=args.runtime)
+    forked, comparison = run_fork(pool.get_many(names), trace, at, args.method, settings)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            fh.write(forked.to_json(indent=1))
+    if args.json:
+        print(json.dumps({"fork": forked.to_dict(), "comparison": comparison.to_dict()}, ensure_ascii=False))
+        return 0
+    label = f"{names[0]} alone" if method == "single" else f"{method} on {', '.join(forked.models)}"
+    print(f"-- kept ({len(comparison.kept)} characters, tokens #0–#{at - 1} of {trace.method}):", file=sys.stderr)
+    print(comparison.kept)
+    print(f"-- the run ({trace.method}) went on:", file=sys.stderr)
+    print(comparison.original)
+    print(f"-- the fork ({label}) went on:", file=sys.stderr)
+    print(comparison.forked)
+    if comparison.divergence is None:
+        print("-- identical continuations", file=sys.stderr)
+    else:
+        where = comparison.original[: comparison.divergence]
+        print(f"-- they part after {comparison.divergence} characters ({where[-40:]!r}|…); word changes:", file=sys.stderr)
+        for op, a, b in comparison.diff:
+            if op != "equal":
+                print(f"   {op}: {a!r} -> {b!r}", file=sys.stderr)
+    for w in forked.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    return 0

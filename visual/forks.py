@@ -1,0 +1,71 @@
+"""A fork beside the run it forks: both continuations of the kept text, where they part, and a word-level diff.
+
+Takes the comparison as plain data (``ensemble.fork.ForkComparison.to_dict()``), so this module imports nothing
+from the engine but the trace. The diff is drawn with ``<del>``/``<ins>`` (struck out / underlined, not the
+decision colours, which mean decisions only); the first differing character gets a bar.
+"""
+
+from __future__ import annotations
+
+from ensemble.trace import RunTrace
+
+from . import records as rd
+from .escape import safe, whitespace
+
+KEPT_PREVIEW = 160
+"""Characters of the kept text shown before the continuations (the rest is elided from its start)."""
+
+
+def run_label(trace: RunTrace) -> str:
+    """``safe on qwen, smollm2, gemma3`` or ``drafter alone (qwen)`` for a single-model run."""
+    if trace.method == "single":
+        return f"{trace.models[0]} alone"
+    return f"{trace.method} on {', '.join(trace.models)}"
+
+
+def _side(title: str, diff: list, which: int, divergence, show_whitespace: bool) -> str:
+    parts, pos, marked = [], 0, divergence is None
+    for entry in diff:
+        op, texts = entry[0], (str(entry[1]), str(entry[2]))
+        piece = texts[which]
+        if op == "equal":
+            if not marked and pos + len(piece) > divergence:
+                cut = divergence - pos
+                parts.append(whitespace(piece[:cut], show_whitespace) + '<span class="el-fork-split" title="first difference"></span>'
+                             + whitespace(piece[cut:], show_whitespace))
+                marked = True
+            else:
+                parts.append(whitespace(piece, show_whitespace))
+        elif piece:
+            if not marked:
+                parts.append('<span class="el-fork-split" title="first difference"></span>')
+                marked = True
+            tag = "del" if which == 0 else "ins"
+            parts.append(f"<{tag}>{whitespace(piece, show_whitespace)}</{tag}>")
+        pos += len(piece)
+    if not marked:
+        parts.append('<span class="el-fork-split" title="first difference: one ends here"></span>')
+    return f'<div class="el-fork-side"><h4>{safe(title)}</h4>{"".join(parts)}</div>'
+
+
+def fork_html(original: RunTrace, forked: RunTrace, comparison: dict, show_whitespace: bool = False) -> str:
+    """Both continuations side by side: the original run's (struck-out words it has and the fork lacks) and the
+    fork's (underlined words only it has), the first difference marked, with one line saying what was forked."""
+    fork = forked.fork or {}
+    at = rd.integer(fork.get("at")) or 0
+    kept = str(comparison.get("kept", ""))
+    preview = kept if len(kept) <= KEPT_PREVIEW else "…" + kept[-KEPT_PREVIEW:]
+    divergence = rd.integer(comparison.get("divergence"))
+    diff = [d for d in comparison.get("diff", []) if isinstance(d, (list, tuple)) and len(d) == 3]
+    if divergence is None:
+        verdict = "The fork wrote exactly what the run wrote."
+    else:
+        changed = sum(1 for d in diff if d[0] != "equal")
+        verdict = (f"They part after {divergence} character(s) of the continuation; {changed} stretch(es) of words "
+                   "differ (struck out: only the run has them; underlined: only the fork).")
+    head = (f'<p>Forked at token #{at}: <b>{safe(run_label(forked))}</b> continued the text of '
+            f'<b>{safe(run_label(original))}</b> from there. {safe(verdict)}</p>'
+            f'<p class="el-muted">Kept text: <span class="el-kept">{whitespace(preview, show_whitespace)}</span></p>')
+    sides = (_side(f"the run ({run_label(original)})", diff, 0, divergence, show_whitespace)
+             + _side(f"the fork ({run_label(forked)})", diff, 1, divergence, show_whitespace))
+    return f'<div class="el-explain">{head}<div class="el-fork">{sides}</div></div>'
