@@ -20,6 +20,7 @@ import visual
 from ensemble.access import offered_members
 from ensemble.align import compare
 from ensemble.errors import EnsembleError, InputError, TraceFormatError
+from ensemble.fork import DRAFTER_ALONE, member_names, run_fork
 from ensemble.members import backend_from_env
 from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
 from ensemble.methods.base import clean_prompt
@@ -29,7 +30,8 @@ from ensemble.settings import METHODS, Settings
 from ensemble.trace import MAX_TRACE_BYTES, RunTrace
 from ui import tabs
 from ui.controls import settings_from_controls
-from ui.views import CompareView, ExportView, InspectView, ResultsView, RunView, TokenizerView, outputs, updates
+from ui.forking import fork_stream
+from ui.views import CompareView, ExportView, ForkView, InspectView, ResultsView, RunView, TokenizerView, outputs, updates
 
 try:  # ZeroGPU on Spaces; a no-op decorator everywhere else
     import spaces  # type: ignore
@@ -123,6 +125,7 @@ def _final_views(trace: RunTrace, strip: str, status: str) -> RunView:
         round_slider=gr.update(maximum=max(1, last_round), value=last_round),
         specem_view=gr.update(visible=specem),
         weights_note=visual.weights_note(trace) if specem else "",
+        fork_view="",
     )
 
 
@@ -139,7 +142,7 @@ def run_stream(prompt, method, model_names, drafter, settings_values: dict, requ
     # Every yield sends the whole view; Gradio diffs it against the last one, so unchanged outputs cost
     # nothing and the strip, which only ever grows, goes out as an "append" of its new tokens.
     view = RunView("", visual.status_html("Loading models…"), "", "", None, "", None, None, gr.update(value=0),
-                   gr.update(visible=False), "")
+                   gr.update(visible=False), "", "")
     try:
         clean_prompt(prompt)  # fails fast; the run cleans the prompt again and keeps the warnings in its trace
         names = _models(model_names, runtime)
@@ -222,6 +225,7 @@ def inspect(request: gr.Request, evt: gr.EventData) -> InspectView:
     index = getattr(evt, "index", None)  # what the strip's click handler passed to trigger('click', {index})
     if trace is None or not isinstance(index, int) or not 0 <= index < len(trace.tokens):
         return InspectView(explanation="<p>Run the ensemble or load a trace, then click a token.</p>")
+    SESSIONS.get(_session(request))["selected"] = (trace, index)  # where "Fork from the selected token" forks
     return InspectView(
         explanation=visual.explain(trace, index),
         tokenization=visual.tokenization_html(trace, index),
@@ -229,6 +233,15 @@ def inspect(request: gr.Request, evt: gr.EventData) -> InspectView:
         fusion_plot=visual.fusion_figure(trace, index),
         record_json=visual.inspector_json(trace, index),
     )
+
+
+def fork_selected(method, runtime, request: gr.Request):
+    """Continue the shown run from the selected token with ``method`` (``ui.forking``); the run must be finished."""
+    session = SESSIONS.get(_session(request))
+    trace = session["trace"] if session["job"] is None else None
+    selected, index = session.get("selected") or (None, None)
+    load = lambda names: load_models(_models(names, runtime))  # noqa: E731 - the names the app offers only
+    yield from fork_stream(trace, index if selected is trace else None, method, load, _backend_for, session["cancel"])
 
 
 def show_round(round_index, request: gr.Request):
@@ -364,6 +377,23 @@ def run_ensemble(prompt: str, method: str = "safe", models: str = ",".join(DEFAU
     return job.trace.to_dict()
 
 
+def fork(trace: dict, at: int, method: str = DRAFTER_ALONE) -> dict:
+    """Continue a run's trace from its token ``at`` with ``method`` and compare: {"fork": trace, "comparison": …}.
+
+    Args:
+        trace: a trace as JSON (what run_ensemble returns); its models must be ones this app offers.
+        at: the token number to re-decide (0 rewrites the whole answer).
+        method: drafter (the run's drafter alone) | single | unite | gac | safe | specem.
+    """
+    try:
+        parent = RunTrace.from_json(trace if isinstance(trace, str) else json.dumps(trace))
+        models = load_models(_models(member_names(parent, method)))
+        forked, comparison = run_fork(models, parent, int(at), method, backend=_backend_for(models))
+    except (EnsembleError, ValueError, TypeError) as exc:
+        raise gr.Error(str(exc)) from exc
+    return {"fork": forked.to_dict(), "comparison": comparison.to_dict()}
+
+
 def tokenize(text: str, models: str = ",".join(DEFAULT_MODELS)) -> dict:
     """Compare how the models' tokenizers cut a text (tokens with spans, shared boundaries, agreement)."""
     try:
@@ -398,6 +428,7 @@ def build_app() -> gr.Blocks:
         wire_run_tab(run, trace)
         wire_other_tabs(demo, run, tok, cmp, trace, results)
         gr.api(run_ensemble, api_name="run_ensemble", concurrency_id="engine", concurrency_limit=RUN_CONCURRENCY)
+        gr.api(fork, api_name="fork", concurrency_id="engine", concurrency_limit=RUN_CONCURRENCY)
         gr.api(tokenize, api_name="tokenize", concurrency_id="tokenize", concurrency_limit=4)
     demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=RUN_CONCURRENCY)
     return demo
@@ -429,6 +460,13 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
     run.strip.click(on_click, outputs=outputs(run, InspectView), concurrency_limit=None, api_visibility="private")
     run.round_slider.change(show_round, inputs=[run.round_slider], outputs=[run.heatmap], api_visibility="private")
     run.model_box.change(update_drafter, inputs=[run.model_box], outputs=[run.drafter], api_visibility="private")
+
+    def on_fork(method, runtime, request: gr.Request):
+        for view in fork_selected(method, runtime, request):
+            yield updates(run, view)
+
+    run.fork_button.click(on_fork, inputs=[run.fork_method, run.runtime], outputs=outputs(run, ForkView),
+                          concurrency_id="engine", api_visibility="private")
 
     def on_upload(file, request: gr.Request):
         return updates(run, import_trace(file, request))

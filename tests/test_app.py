@@ -15,8 +15,23 @@ def client(app_url):
     return Client(app_url, verbose=False)
 
 
-def test_api_lists_exactly_the_two_endpoints(client):
-    assert set(client.view_api(print_info=False, return_format="dict")["named_endpoints"]) == {"/run_ensemble", "/tokenize"}
+def test_api_lists_exactly_the_three_endpoints(client):
+    assert set(client.view_api(print_info=False, return_format="dict")["named_endpoints"]) == {"/run_ensemble", "/tokenize", "/fork"}
+
+
+def test_fork_endpoint_continues_a_trace_and_compares(client):
+    data = client.predict(prompt="Sofia went to Plovdiv in 1999. Where did Sofia go?", method="safe", models="smollm2,gemma3",
+                          settings={"max_new_tokens": 16}, api_name="/run_ensemble")
+    result = client.predict(trace=data, at=3, method="drafter", api_name="/fork")
+    forked = RunTrace.from_dict(result["fork"])
+    parent = RunTrace.from_dict(data)
+    assert forked.models == ["smollm2"] and forked.fork["at"] == 3 and forked.fork["method"] == "safe"
+    assert result["comparison"]["original"] == parent.text[parent.tokens[3].start:]
+    assert forked.text[forked.fork["chars"]:] == result["comparison"]["forked"]
+    with pytest.raises(Exception, match="is not in this run"):
+        client.predict(trace=data, at=999, method="drafter", api_name="/fork")
+    with pytest.raises(Exception, match=r"schema_version|trace"):
+        client.predict(trace={"nonsense": 1}, at=0, method="drafter", api_name="/fork")
 
 
 def test_tokenize_endpoint(client):

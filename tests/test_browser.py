@@ -389,3 +389,26 @@ def test_specem_stop_commits_nothing_after_the_click(page):
     page.wait_for_function("() => (document.querySelector('#status')?.innerText || '').includes('Stopped')")
     page.wait_for_timeout(1000)
     assert page.locator("#strip .el-tok").count() == at_click
+
+
+def test_fork_from_a_selected_token_with_the_drafter_alone(page):
+    """What if: click a token of a SAFE run, fork with the drafter alone, see both continuations compared."""
+    run(page, SOFIA, "SAFE", ["smollm2", "gemma3"], tokens=24)
+    wait_done(page)
+    page.locator("#fork-button").click()  # nothing selected yet: a message, not a run
+    page.wait_for_function("() => (document.querySelector('#fork-view')?.innerText || '').includes('click a token first')")
+    page.locator("#strip .el-tok").nth(4).click()
+    page.wait_for_function("() => (document.querySelector('#explanation')?.innerText || '').length > 10")
+    page.locator("#fork-method").get_by_label("The drafter alone").check()
+    page.locator("#fork-button").click()
+    page.wait_for_function("() => (document.querySelector('#fork-view')?.innerText || '').includes('Forked at token #4')",
+                           timeout=120_000)
+    view = page.locator("#fork-view").inner_text()
+    assert "smollm2 alone" in view and "safe on smollm2, gemma3" in view
+    assert page.locator("#fork-view .el-fork-side").count() == 2
+    assert page.locator("#fork-view .el-fork-split").count() in (0, 2)  # marked on both sides when they part
+    page.locator("#fork-view").scroll_into_view_if_needed()
+    shot(page, "fork")
+    run(page, "Say hello.", "Single model", ["smollm2"], tokens=4)  # a new run clears the fork of the old one
+    wait_done(page)
+    assert not page.locator("#fork-view").inner_text().strip()

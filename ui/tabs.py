@@ -18,6 +18,15 @@ METHOD_CHOICES = [
     ("SAFE (fuse only where safe)", "safe"),
     ("SpecEM (segments + weights)", "specem"),
 ]
+FORK_CHOICES = [
+    ("The drafter alone", "drafter"),
+    ("UniTE", "unite"),
+    ("GaC", "gac"),
+    ("SAFE", "safe"),
+    ("SpecEM", "specem"),
+]
+FORK_HINT = ("**What if?** Click a token, then continue the answer from that token with the drafter alone or another "
+             "method (same models and settings): both continuations appear side by side, where they part marked.")
 EXAMPLES = [
     ["Sofia went to Plovdiv in 1999. Where did Sofia go, and when? Answer in one sentence.", "safe"],
     [
@@ -66,6 +75,9 @@ class RunTab:
     topk_plot: gr.Plot
     fusion_plot: gr.Plot
     record_json: gr.JSON
+    fork_method: gr.Radio
+    fork_button: gr.Button
+    fork_view: gr.HTML
     specem_view: gr.Column
     rounds: gr.HTML
     round_slider: gr.Slider
@@ -111,6 +123,13 @@ def build_run_tab(model_choices: list[str], default_models: list[str], runtimes:
             fusion_plot = gr.Plot(label="Fused distribution: before / after sharpening", elem_id="fusion-plot")
     with gr.Accordion("Raw record (JSON)", open=False):
         record_json = gr.JSON(elem_id="record-json")
+    with gr.Group(elem_id="fork-box"):
+        gr.Markdown(FORK_HINT)
+        with gr.Row():
+            fork_method = gr.Radio(FORK_CHOICES, value="drafter", label="Continue from the selected token with",
+                                   elem_id="fork-method", scale=4)
+            fork_button = gr.Button("Fork from the selected token", elem_id="fork-button", scale=1)
+        fork_view = gr.HTML(elem_id="fork-view")
     with gr.Column(visible=False) as specem_view:
         gr.Markdown("### SpecEM rounds")
         rounds = gr.HTML(elem_id="rounds")
@@ -124,7 +143,8 @@ def build_run_tab(model_choices: list[str], default_models: list[str], runtimes:
     with gr.Accordion("Per-token table", open=False):
         token_table = gr.Dataframe(elem_id="token-table", wrap=True)
     return RunTab(prompt, method, model_box, drafter, runtime_radio, controls, run_button, stop_button, status, legend, strip,
-                  explanation, tokenization, topk_plot, fusion_plot, record_json, specem_view, rounds, round_slider,
+                  explanation, tokenization, topk_plot, fusion_plot, record_json, fork_method, fork_button, fork_view,
+                  specem_view, rounds, round_slider,
                   heatmap, weights_plot, weights_note, stats, token_table)
 
 

@@ -36,6 +36,7 @@ class RunView(NamedTuple):
     round_slider: Any = KEEP
     specem_view: Any = KEEP
     weights_note: Any = KEEP
+    fork_view: Any = KEEP  # cleared by a new run or an uploaded trace (a fork belongs to the run it forked)
 
 
 class InspectView(NamedTuple):
@@ -46,6 +47,13 @@ class InspectView(NamedTuple):
     topk_plot: Any = None
     fusion_plot: Any = None
     record_json: Any = None
+
+
+class ForkView(NamedTuple):
+    """A fork of the shown run (``ensemble.fork``): its continuation while it streams, then the comparison."""
+
+    fork_view: Any = ""
+    status: Any = KEEP
 
 
 class TokenizerView(NamedTuple):
