@@ -185,11 +185,14 @@ def test_legend_lists_what_the_method_can_produce():
     def classes(html):
         return re.findall(r'class="el-swatch ([^"]+)"', html)
 
-    assert classes(visual.legend_html("safe", ["a", "b"])) == ["consensus", "oov_blocked", "gated", "ensembled_kept", "ensembled_replaced", "drafter"]
+    safe = visual.legend_html("safe", ["a", "b"])
+    assert classes(safe) == ["consensus", "consensus confident", "oov_blocked", "gated", "ensembled_kept", "ensembled_replaced", "drafter"]
+    assert "consensus: unanimous" in safe and "consensus: confident on average" in safe
     assert classes(visual.legend_html("gac", ["a", "b"])) == ["fused", "gated"]
     assert classes(visual.legend_html("single", ["a"])) == ["drafter"]
     specem = visual.legend_html("specem", ["qwen", "smollm2", "gemma3"])
     assert classes(specem) == ["model-0", "model-1", "model-2"] and "smollm2" in specem
+    assert ".el-tok.consensus.confident" in visual.CSS
     for decision in ("consensus", "oov_blocked", "ensembled_kept", "ensembled_replaced", "fused", "gated", "drafter", "model-0", "model-15"):
         assert f".el-tok.{decision}" in visual.CSS
 
@@ -905,3 +908,31 @@ def test_every_fixture_token_gets_a_real_explanation(trace):
         html = visual.explain(trace, record.index)
         assert "not in the expected form" not in html
         assert html.count("<p>") >= 2  # the head and at least one sentence of why
+
+
+def test_a_confident_consensus_is_drawn_apart_from_a_unanimous_one():
+    """"Consensus" is what the legend says the verifiers agree; a consensus only on the mean is styled and named
+    apart, with the mean in its tooltip."""
+    trace = RunTrace.from_json((FIXTURES / "safe_math.json").read_text(encoding="utf-8"))
+    html = visual.strip_html(trace)
+    confident = [t for t in trace.tokens if t.decision == "consensus" and t.condition == "confident"]
+    unanimous = [t for t in trace.tokens if t.decision == "consensus" and t.condition == "unanimous"]
+    assert confident and unanimous
+    for t in confident:
+        span = re.search(rf'<span class="([^"]+)" data-i="{t.index}" title="([^"]+)"', html)
+        assert span.group(1).split() == ["el-tok", "consensus", "confident"]
+        assert "consensus: confident on average" in span.group(2) and "mean p" in span.group(2)
+    span = re.search(rf'<span class="([^"]+)" data-i="{unanimous[0].index}" title="([^"]+)"', html)
+    assert span.group(1).split() == ["el-tok", "consensus"] and "consensus: unanimous" in span.group(2)
+
+
+def test_model_rows_and_chart_marks_do_not_wear_decision_colours():
+    from visual import charts
+    from visual.style import DECISION_STYLE
+
+    trace = RunTrace.from_json((FIXTURES / "safe.json").read_text(encoding="utf-8"))
+    decision_colours = {c.lower() for c, *_ in DECISION_STYLE.values()}
+    assert not {charts.CHOSEN.lower(), charts.DRAFT.lower(), charts.OTHER.lower()} & decision_colours
+    for t in trace.tokens:
+        rows = visual.tokenization_html(trace, t.index)
+        assert "model-" not in rows  # the tokenization rows name their model; their boxes are neutral

@@ -18,9 +18,12 @@ from . import records as rd
 from .escape import safe
 from .numbers import number_text
 
-CHOSEN = "#009E73"
-DRAFT = "#E69F00"
-OTHER = "rgba(140, 140, 140, 0.65)"
+# Neutral marks: the decision colours mean decisions only (visual.style), so the bars tell "chosen" from "draft"
+# by strength and pattern, and say it in a text label beside the bar.
+CHOSEN = "rgba(110, 110, 110, 0.95)"
+DRAFT = "rgba(110, 110, 110, 0.55)"
+OTHER = "rgba(140, 140, 140, 0.3)"
+DRAFT_PATTERN = "/"
 GRID = "rgba(128, 128, 128, 0.25)"
 _VISIBLE = str.maketrans({" ": "·", "\t": "→", "\n": "↵", "\r": "␍"})
 MAX_LABEL = 40
@@ -158,6 +161,7 @@ def topk_figure(trace: RunTrace, index) -> go.Figure | None:
                 orientation="h",
                 name=label(model, glyphs=False),
                 marker_color=[_colour(k, mine, draft) for k in keys],
+                marker_pattern_shape=[DRAFT_PATTERN if draft is not None and k == draft and k != mine else "" for k in keys],
                 text=[_marks(k, mine, draft, name) for k in keys],
                 textposition="outside",
                 cliponaxis=False,
@@ -171,11 +175,11 @@ def topk_figure(trace: RunTrace, index) -> go.Figure | None:
     fig.update_xaxes(range=[0, 1.22], tickvals=[0, 0.25, 0.5, 0.75, 1], tickformat=".0%")
     longest = max(len(v) for v in per_model.values())
     if n == 1:
-        title = f"Top choices of {label(next(iter(per_model)), glyphs=False)} (green: chosen)"
+        title = f"Top choices of {label(next(iter(per_model)), glyphs=False)} (dark: chosen)"
     elif source == "fusion":
-        title = "Each model's top choices (green: chosen, orange: draft)"
+        title = "Each model's top choices (dark: chosen, hatched: the draft)"
     else:
-        title = "Each model's top choices at the boundary (green: the draft, or a verifier's own next token)"
+        title = "Each model's top choices at the boundary (dark: the draft, or a verifier's own next token)"
     return style(fig, 90 + n_rows * (22 * longest + 40), title)
 
 

@@ -14,7 +14,7 @@ from . import records as rd
 from .aligned import Box, Row, grid_html, key_html
 from .escape import safe, whitespace
 from .strip import token_groups
-from .style import DECISION_LABELS, DECISION_STYLE, END_MARKER, model_class
+from .style import DECISION_LABELS, DECISION_STYLE, END_MARKER
 
 CONTEXT_GROUPS = 6  # tokens shown on each side of the clicked one in the response row (no splits recorded)
 SAFE_DECISIONS = (Decision.CONSENSUS, Decision.OOV_BLOCKED, Decision.ENSEMBLED_KEPT, Decision.ENSEMBLED_REPLACED)
@@ -113,7 +113,7 @@ def _splits_view(trace: RunTrace, record: TokenRecord, splits: dict[str, list[tu
                 continue
             incomplete = rd.is_incomplete(piece) and len(piece) == end - start + 1
             title = f"{model}: {piece!r} [{start}, {end})" + (" · ends inside a character" if incomplete else "")
-            boxes.append(Box(start, end, title, " ".join(c for c in (model_class(trace.models, model), "incomplete" if incomplete else "") if c)))
+            boxes.append(Box(start, end, title, "incomplete" if incomplete else ""))  # models: neutral tints, named rows
         role = _role(record, trace, model, drafter)
         rows.append(Row(f"{model} ({role})" if role else model, boxes, f"{model}'s own tokens here"))
     if is_safe:
@@ -161,7 +161,7 @@ def tokenization_html(trace: RunTrace, index) -> str:
             end = mark + len(key)
             hi = max(hi, min(end, lo + rd.MAX_WINDOW))
             if end <= hi:
-                box = Box(mark, end, f"{model}'s own next token {key!r}", model_class(trace.models, model))
+                box = Box(mark, end, f"{model}'s own next token {key!r}", "")
                 rows.append(Row(f"{model} (next)", [box], "the verifier's own next token here"))
     note = "The response's tokens around this point" + (
         ", and each verifier's own next token at the boundary (the rest of its tokens is not recorded)."

@@ -17,7 +17,7 @@ from ensemble.trace import ConsensusDetails, Decision, GatedDetails, OovBlockedD
 from . import records as rd
 from .escape import safe, whitespace
 from .numbers import number_text
-from .style import DECISION_LABELS, END_MARKER, legend_html, model_class
+from .style import CONSENSUS_KINDS, DECISION_LABELS, END_MARKER, legend_html, model_class
 
 ZERO_WIDTH_MARKER = "◦"
 
@@ -57,9 +57,10 @@ def token_summary(record: TokenRecord, piece: str | None = None, text_len: int |
         text_len: length of the response (so far); tells the end of sequence from a control token.
     """
     d = record.details
-    head = f"#{record.index} {DECISION_LABELS.get(record.decision, record.decision)}"
+    kind = CONSENSUS_KINDS.get(str(record.condition)) if record.decision == Decision.CONSENSUS else None
+    head = f"#{record.index} {kind[1] if kind else DECISION_LABELS.get(record.decision, record.decision)}"
     parts = [head]
-    if record.condition:
+    if record.condition and not kind:
         parts.append(str(record.condition))
     parts.append(str(record.model))
     if isinstance(d, OovBlockedDetails) and rd.names(d.blocked_by):
@@ -118,6 +119,8 @@ class StripBuilder:
 
     def _render(self, record: TokenRecord, text: str) -> str:
         classes = ["el-tok", record.decision]
+        if record.decision == Decision.CONSENSUS and record.condition == "confident":
+            classes.append("confident")  # only the mean agreed: drawn apart from a unanimous consensus
         if self.method == "specem" or record.decision == "segment":
             classes.append(model_class(self.models, record.model))
         if record.round is not None and record.round != self._last_round:

@@ -21,6 +21,14 @@ DECISION_STYLE: dict[str, tuple[str, str, str, str]] = {
     "segment": ("#999999", "solid", "SpecEM segment", "part of the winning segment of a round"),
 }
 DECISION_LABELS = {d: style[2] for d, style in DECISION_STYLE.items()}
+# SAFE's consensus has two conditions, drawn apart (class ``confident`` beside ``consensus``): a unanimous
+# consensus is the verifiers agreeing; a confident one is only their weighted mean, which may hide a verifier
+# that wanted something else.
+CONSENSUS_KINDS: dict[str, tuple[str, str, str]] = {
+    "unanimous": ("consensus", "consensus: unanimous", "every verifier's top choice is the draft token: no fusion"),
+    "confident": ("consensus confident", "consensus: confident on average",
+                  "not every verifier's top choice is the draft, but the weighted mean of their probabilities for it is above 0.5: no fusion"),
+}
 END_MARKER = "⏹ end"  # how the strip draws the end-of-sequence record
 
 # One colour per model for SpecEM (classes model-0, model-1, ... in the order of trace.models).
@@ -155,6 +163,9 @@ def _build_css() -> str:
         if decision != "segment":
             rules.append(_mark_rules(decision, colour, underline))
     rules.append(_mark_rules("segment", DECISION_STYLE["segment"][0], "solid"))
+    blue = DECISION_STYLE["consensus"][0]
+    rules.append(f".el-tok.consensus.confident, .el-swatch.consensus.confident, .el-chip.consensus.confident "
+                 f"{{ background: {_tint(blue, 0.1)}; border-bottom: 2px dotted {blue}; }}\n")
     for i in range(MODEL_CLASSES):
         # model-N after the decision rules: a SpecEM token shows its winning model's colour
         rules.append(_mark_rules(f"model-{i}", model_colour(i), "solid" if i < len(MODEL_COLOURS) else "dashed"))
@@ -179,6 +190,9 @@ def legend_html(method: str, models: list[str]) -> str:
     else:
         decisions = METHOD_DECISIONS.get(method, tuple(d for d in DECISION_STYLE if d != "segment"))
         for decision in decisions:
+            if decision == "consensus":
+                items.extend(CONSENSUS_KINDS.values())
+                continue
             _, _, label, description = DECISION_STYLE[decision]
             items.append((decision, label, description))
     parts = [
