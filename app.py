@@ -6,8 +6,10 @@ it also works: the embedded models fall back to their hub ids when their package
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import tempfile
 import threading
 import time
@@ -29,7 +31,7 @@ from ensemble.models.runtimes import RUNTIMES, llamacpp_available, runtime_from_
 from ensemble.settings import METHODS, Settings
 from ensemble.trace import MAX_TRACE_BYTES, RunTrace
 from ui import tabs
-from ui.controls import settings_from_controls
+from ui.controls import control_values, settings_from_controls
 from ui.forking import fork_stream
 from ui.views import CompareView, ExportView, ForkView, InspectView, ResultsView, RunView, TokenizerView, outputs, updates
 
@@ -64,7 +66,7 @@ class Sessions:
 
     def get(self, key: str) -> dict:
         with self._lock:
-            entry = self._data.pop(key, None) or {"job": None, "trace": None, "cancel": threading.Event()}
+            entry = self._data.pop(key, None) or {"job": None, "trace": None, "cancel": threading.Event(), "busy": 0}
             self._data[key] = entry
             while len(self._data) > self.limit:
                 self._data.popitem(last=False)
@@ -215,8 +217,22 @@ def _done_message(trace: RunTrace) -> str:
     return done
 
 
+@contextlib.contextmanager
+def busy(request: gr.Request | None):
+    """Marks the session's run, comparison or fork as streaming (so Stop knows whether anything is)."""
+    session = SESSIONS.get(_session(request))
+    session["busy"] += 1
+    try:
+        yield
+    finally:
+        session["busy"] -= 1
+
+
 def stop_run(request: gr.Request):
-    SESSIONS.get(_session(request))["cancel"].set()
+    session = SESSIONS.get(_session(request))
+    if not session["busy"]:
+        return visual.status_html("Nothing is running: Stop ends a run, a comparison or a fork while it streams.")
+    session["cancel"].set()
     return visual.status_html("Stopping…")
 
 
@@ -249,6 +265,18 @@ def show_round(round_index, request: gr.Request):
     if trace is None or not trace.rounds:
         return None
     return visual.score_heatmap(trace, min(int(round_index or 0), len(trace.rounds) - 1))
+
+
+def form_of(trace: RunTrace) -> dict:
+    """The Run form's values that re-run an uploaded trace: prompt, method, the offered models among its own (the
+    drafter first, so the drafter box follows it), engine settings (values their declarations refuse are left out)."""
+    names = list(dict.fromkeys(split_runtime(re.sub(r"#\d+$", "", m))[0] for m in trace.models))
+    names = [n for n in names if n in MODEL_CHOICES]
+    if trace.drafter in names:
+        names.remove(trace.drafter)
+        names.insert(0, trace.drafter)
+    form = {"prompt": trace.prompt, "method": trace.method if trace.method in METHODS else None, "models": names or None}
+    return form | {"settings": control_values(trace.settings)}
 
 
 def update_drafter(model_names):
@@ -323,9 +351,10 @@ def import_trace(file, request: gr.Request) -> RunView:
             raise TraceFormatError(f"The file is {path.stat().st_size / 1e6:.1f} MB; the limit is 20 MB.")
         trace = RunTrace.from_json(path.read_bytes())
     except (OSError, TraceFormatError) as exc:
+        SESSIONS.get(_session(request))["imported"] = None
         return RunView(strip=visual.error_html(str(exc)), status=visual.status_html(f"⚠️ Could not load the trace: {exc}"))
     session = SESSIONS.get(_session(request))
-    session["job"], session["trace"] = None, trace
+    session["job"], session["trace"], session["imported"] = None, trace, trace
     # Everything in an uploaded trace is untrusted: the status line escapes it like every other view.
     status = f"Replaying a {trace.method} trace of {', '.join(trace.models)} ({len(trace.tokens)} tokens). Click any token."
     return _final_views(trace, visual.strip_html(trace), status)
@@ -443,8 +472,9 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
     def on_run(request: gr.Request, progress=gr.Progress(), *values):  # Gradio fills request and progress first
         prompt, method, model_names, drafter, runtime, *settings = values
         chosen = dict(zip(names, settings, strict=True))
-        for view in run_stream(prompt, method, model_names, drafter, chosen, request, progress, runtime=runtime):
-            yield updates(run, view)
+        with busy(request):
+            for view in run_stream(prompt, method, model_names, drafter, chosen, request, progress, runtime=runtime):
+                yield updates(run, view)
 
     run_outputs = outputs(run, RunView)
     run.run_button.click(on_run, inputs=inputs, outputs=run_outputs, concurrency_limit=RUN_CONCURRENCY,
@@ -462,16 +492,32 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
     run.model_box.change(update_drafter, inputs=[run.model_box], outputs=[run.drafter], api_visibility="private")
 
     def on_fork(method, runtime, request: gr.Request):
-        for view in fork_selected(method, runtime, request):
-            yield updates(run, view)
+        with busy(request):
+            for view in fork_selected(method, runtime, request):
+                yield updates(run, view)
 
     run.fork_button.click(on_fork, inputs=[run.fork_method, run.runtime], outputs=outputs(run, ForkView),
                           concurrency_id="engine", api_visibility="private")
 
     def on_upload(file, request: gr.Request):
-        return updates(run, import_trace(file, request))
+        view = import_trace(file, request)
+        loaded = SESSIONS.get(_session(request)).pop("imported", None)
+        if loaded is None:  # refused: the reason shows where the file was chosen; the Run tab stays as it was
+            return {trace.trace_status: view.status}
+        form = form_of(loaded)
+        filled = {run.prompt: form["prompt"], **{run.controls[k]: v for k, v in form["settings"].items()}}
+        if form["method"]:
+            filled[run.method] = form["method"]
+        if form["models"]:
+            filled[run.model_box] = form["models"]
+            filled[run.drafter] = gr.update(choices=form["models"], value=form["models"][0])
+        done = visual.status_html(f"Loaded: the Run tab replays this {loaded.method} trace ({len(loaded.tokens)} tokens); "
+                                  "its prompt, method, models and settings fill the form, so Run runs it again.")
+        return updates(run, view) | filled | {trace.trace_status: done}
 
-    trace.upload.upload(on_upload, inputs=[trace.upload], outputs=run_outputs, api_visibility="private")
+    form_outputs = [run.prompt, run.method, run.model_box, run.drafter, *run.controls.values()]
+    trace.upload.upload(on_upload, inputs=[trace.upload], outputs=[*run_outputs, trace.trace_status, *form_outputs],
+                        api_visibility="private")
 
 
 def wire_other_tabs(demo: gr.Blocks, run: tabs.RunTab, tok: tabs.TokenizerTab, cmp: tabs.CompareTab, trace: tabs.TraceTab,
@@ -487,8 +533,9 @@ def wire_other_tabs(demo: gr.Blocks, run: tabs.RunTab, tok: tabs.TokenizerTab, c
                       api_visibility="private")
 
     def on_compare(prompt, methods, model_names, max_new_tokens, request: gr.Request, progress=gr.Progress()):
-        for view in compare_stream(prompt, methods, model_names, max_new_tokens, request, progress):
-            yield updates(cmp, view)
+        with busy(request):
+            for view in compare_stream(prompt, methods, model_names, max_new_tokens, request, progress):
+                yield updates(cmp, view)
 
     cmp.cmp_button.click(on_compare, inputs=[cmp.cmp_prompt, cmp.cmp_methods, cmp.cmp_models, cmp.cmp_tokens],
                          outputs=outputs(cmp, CompareView), concurrency_id="engine", api_visibility="private")

@@ -216,6 +216,11 @@ def default_of(name: str):
     return f.default_factory() if f.default_factory is not MISSING else f.default
 
 
+def check_value(name: str, value):
+    """The setting ``name``'s ``value`` checked against its declaration alone (type, bounds, choices)."""
+    return _checked(name, value, spec_of(name))
+
+
 def _checked(name: str, value, spec: Spec):
     """``value`` checked against its declaration (None, where allowed, passes unchanged)."""
     kind = spec.kind

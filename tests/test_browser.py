@@ -412,3 +412,28 @@ def test_fork_from_a_selected_token_with_the_drafter_alone(page):
     run(page, "Say hello.", "Single model", ["smollm2"], tokens=4)  # a new run clears the fork of the old one
     wait_done(page)
     assert not page.locator("#fork-view").inner_text().strip()
+
+
+def test_an_uploaded_trace_fills_the_form_and_a_refused_one_says_why_where_it_was_chosen(page, tmp_path):
+    page.locator("#stop-button").click()  # nothing runs: Stop says so instead of "Stopping…" forever
+    page.wait_for_function("() => (document.querySelector('#status')?.innerText || '').includes('Nothing is running')")
+    page.get_by_role("tab", name="Trace").click()
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema_version": 99}', encoding="utf-8")
+    page.locator("#upload input[type=file]").set_input_files(str(bad))
+    page.wait_for_function("() => (document.querySelector('#trace-status')?.innerText || '').includes('Could not load')")
+    assert "schema_version" in page.locator("#trace-status").inner_text()
+    assert "Could not load" not in page.locator("#status").inner_text()  # the Run tab is left as it was
+    page.reload()
+    page.get_by_role("tab", name="Trace").click()
+    saved = json.loads((FIXTURES / "safe_math.json").read_text(encoding="utf-8"))
+    page.locator("#upload input[type=file]").set_input_files(str(FIXTURES / "safe_math.json"))
+    page.wait_for_function("() => (document.querySelector('#trace-status')?.innerText || '').includes('Loaded')")
+    page.get_by_role("tab", name="Run").click()
+    assert page.locator("#prompt textarea").input_value() == saved["prompt"]
+    assert page.locator("#method").get_by_label("SAFE").is_checked()
+    for name in ("qwen", "smollm2", "gemma3"):
+        assert page.locator("#models").get_by_label(name, exact=True).is_checked()
+    if not page.locator("#max-tokens input[type=range]").is_visible():
+        page.get_by_text("Engine settings").click()
+    page.wait_for_function("() => document.querySelector('#max-tokens input[type=range]')?.value === '64'")

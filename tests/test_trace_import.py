@@ -205,3 +205,26 @@ def test_every_fresh_trace_passes_the_consistency_checks(tiny, method):
         trace = generate(models, prompt, method, Settings(max_new_tokens=16, temperature=temperature, seed=3,
                                                           stop_strings=stops, segment_len=5))
         assert RunTrace.from_json(trace.to_json()).to_dict() == trace.to_dict()
+
+
+def test_an_uploaded_trace_fills_only_what_the_form_can_safely_hold():
+    """Re-running an upload: its prompt and method, the offered models among its own (drafter first), and the
+    settings their declarations accept; names and values the app does not offer are left out."""
+    import app
+
+    data = copy.deepcopy(VALID["safe_math"])
+    data["models"] = ["smollm2", "<img src=x>", "gemma3"]
+    data["settings"] |= {"lookahead": 999, "max_new_tokens": 40, "sharpen": "geometric", "fusion": "magic"}
+    data["tokens"] = [t | {"model": "smollm2"} for t in data["tokens"]]
+    data["drafter"], data["schema_version"] = "gemma3", 2
+    data["rounds"] = []
+    for t in data["tokens"]:
+        t.pop("fusion", None)
+        t["details"] = {}
+        t["decision"], t["round"] = "drafter", None
+    trace = RunTrace.from_dict(data)
+    form = app.form_of(trace)
+    assert form["prompt"] == trace.prompt and form["method"] == "safe"
+    assert form["models"] == ["gemma3", "smollm2"]
+    assert form["settings"]["max_new_tokens"] == 40 and form["settings"]["sharpen"] == "geometric"
+    assert "lookahead" not in form["settings"] and "fusion" not in form["settings"]

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ensemble.settings import Settings, Spec, default_of, specs
+from ensemble.errors import SettingsError
+from ensemble.settings import Settings, Spec, check_value, default_of, specs
 
 ROW_SIZES = (4, 5, 5)  # controls per row of the "Engine settings" accordion
 
@@ -72,3 +73,19 @@ def settings_values(values: dict) -> dict:
 def settings_from_controls(values: dict, **extra) -> Settings:
     """The :class:`Settings` of the controls' values (and ``extra`` ones, such as the drafter)."""
     return Settings.from_dict({**settings_values(values), **extra})
+
+
+def control_values(settings: dict) -> dict:
+    """The controls' values that show ``settings`` (a trace's): the inverse of :func:`settings_values`. A value
+    the setting's declaration refuses (an uploaded trace is untrusted) is left out: its control keeps its value."""
+    out = {}
+    for name in control_names():
+        if name not in settings:
+            continue
+        try:
+            value = check_value(name, settings[name])
+        except SettingsError:
+            continue
+        spec = specs()[name]
+        out[name] = spec.none_as if value is None and spec.none_as is not None else value
+    return out

@@ -207,6 +207,7 @@ class TraceTab:
     json_file: gr.File
     csv_file: gr.File
     upload: gr.File
+    trace_status: gr.HTML
 
 
 def build_trace_tab() -> TraceTab:
@@ -219,7 +220,8 @@ def build_trace_tab() -> TraceTab:
         json_file = gr.File(label="Trace (JSON)", elem_id="json-file")
         csv_file = gr.File(label="Tokens (CSV)", elem_id="csv-file")
     upload = gr.File(label="Load a trace (.json)", file_types=[".json"], type="filepath", elem_id="upload")
-    return TraceTab(export_button, json_file, csv_file, upload)
+    trace_status = gr.HTML(elem_id="trace-status")  # what the upload did, or why the file was refused
+    return TraceTab(export_button, json_file, csv_file, upload, trace_status)
 
 
 @dataclass
