@@ -242,11 +242,13 @@ def inspect(request: gr.Request, evt: gr.EventData) -> InspectView:
     if trace is None or not isinstance(index, int) or not 0 <= index < len(trace.tokens):
         return InspectView(explanation="<p>Run the ensemble or load a trace, then click a token.</p>")
     SESSIONS.get(_session(request))["selected"] = (trace, index)  # where "Fork from the selected token" forks
+    topk, fused = visual.topk_figure(trace, index), visual.fusion_figure(trace, index)
     return InspectView(
         explanation=visual.explain(trace, index),
         tokenization=visual.tokenization_html(trace, index),
-        topk_plot=visual.topk_figure(trace, index),
-        fusion_plot=visual.fusion_figure(trace, index),
+        charts_hint=visual.charts_note(trace, index),  # a sentence where the fused chart would be empty
+        topk_plot=gr.update(value=topk, visible=topk is not None),
+        fusion_plot=gr.update(value=fused, visible=fused is not None),
         record_json=visual.inspector_json(trace, index),
     )
 
@@ -277,6 +279,25 @@ def form_of(trace: RunTrace) -> dict:
         names.insert(0, trace.drafter)
     form = {"prompt": trace.prompt, "method": trace.method if trace.method in METHODS else None, "models": names or None}
     return form | {"settings": control_values(trace.settings)}
+
+
+_FIRST: list[RunTrace] = []
+
+
+def first_view(request: gr.Request) -> RunView:
+    """The recorded run of the first example (``ui.tabs.FIRST_VIEW``), replayed on load so every view shows
+    something before anything runs; labelled as a recording. A session that already has a run keeps it."""
+    if not _FIRST:
+        _FIRST.append(RunTrace.from_json(tabs.FIRST_VIEW.read_bytes()))
+    trace = _FIRST[0]
+    session = SESSIONS.get(_session(request))
+    if session["job"] is not None or session["trace"] is not None:
+        return RunView()
+    session["trace"] = trace
+    runtimes = sorted({str(info.get("runtime", "transformers")) for info in trace.model_info.values()})
+    status = (f"A recorded run, not a live one: {trace.method} on {', '.join(trace.models)} ({', '.join(runtimes)}, "
+              f"recorded {trace.created[:10]}). Click any token to see why; press Run to run it live.")
+    return _final_views(trace, visual.strip_html(trace), status)
 
 
 def update_drafter(model_names):
@@ -490,6 +511,11 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
     run.strip.click(on_click, outputs=outputs(run, InspectView), concurrency_limit=None, api_visibility="private")
     run.round_slider.change(show_round, inputs=[run.round_slider], outputs=[run.heatmap], api_visibility="private")
     run.model_box.change(update_drafter, inputs=[run.model_box], outputs=[run.drafter], api_visibility="private")
+    run.method.change(lambda method: gr.update(visible=method == "safe"), inputs=[run.method], outputs=[run.drafter],
+                      api_visibility="private")  # the drafter box is SAFE's
+    run.examples.click(lambda: gr.update(open=False), outputs=[run.examples_box], api_visibility="private")
+    for starts in (run.run_button.click, run.prompt.submit):
+        starts(None, js=tabs.SCROLL_TO_STRIP_JS)
 
     def on_fork(method, runtime, request: gr.Request):
         with busy(request):
@@ -550,6 +576,11 @@ def wire_other_tabs(demo: gr.Blocks, run: tabs.RunTab, tok: tabs.TokenizerTab, c
     results.results_ours.click(lambda: updates(results, show_results(str(COMMITTED_RESULTS))),
                                outputs=outputs(results, ResultsView), api_visibility="private")
     demo.load(on_tokenize, inputs=tok_inputs, outputs=outputs(tok, TokenizerView), api_visibility="private")
+
+    def on_load(request: gr.Request):
+        return updates(run, first_view(request))
+
+    demo.load(on_load, outputs=outputs(run, RunView), api_visibility="private")
 
 
 def warm_up() -> None:

@@ -437,3 +437,28 @@ def test_an_uploaded_trace_fills_the_form_and_a_refused_one_says_why_where_it_wa
     if not page.locator("#max-tokens input[type=range]").is_visible():
         page.get_by_text("Engine settings").click()
     page.wait_for_function("() => document.querySelector('#max-tokens input[type=range]')?.value === '64'")
+
+
+def test_the_first_view_is_a_labelled_recording_with_examples_as_chips(page):
+    """Before anything runs: the first example is filled in and its recorded run fills every view."""
+    page.wait_for_function("() => (document.querySelector('#status')?.innerText || '').includes('recorded run')")
+    assert page.locator("#strip .el-tok").count() >= 5 and "Sofia" in page.locator("#strip").inner_text()
+    assert page.locator("#prompt textarea").input_value().startswith("Sofia went to Plovdiv")
+    assert "consensus" in page.locator("#legend").inner_text()
+    assert "Click a token" in page.locator("#charts-hint").inner_text()
+    assert not page.locator("#topk-plot").is_visible() and not page.locator("#fusion-plot").is_visible()
+    page.locator("#strip .el-tok.oov_blocked").first.click()  # the recording is inspectable like a live run
+    page.wait_for_function("() => (document.querySelector('#explanation')?.innerText || '').includes('gemma3')")
+    page.locator("#topk-plot").wait_for(state="visible")
+    assert "tokenizer mismatch blocked" in page.locator("#charts-hint").inner_text()
+    assert not page.locator("#fusion-plot").is_visible()  # nothing was fused: a sentence says so instead
+    shot(page, "first-view")
+    chip = page.locator("#examples").get_by_text("Code: a palindrome check (SpecEM)")
+    assert chip.is_visible()
+    chip.click()
+    page.wait_for_function("() => (document.querySelector('#prompt textarea')?.value || '').includes('palindrome')")
+    assert page.locator("#method").get_by_label("SpecEM").is_checked()
+    page.wait_for_function("() => !document.querySelector('#examples')?.innerText.includes('palindrome check')")
+    assert not page.locator("#drafter").is_visible()  # SAFE's drafter box is SAFE's only
+    page.locator("#method").get_by_label("SAFE").check()
+    page.locator("#drafter").wait_for(state="visible")

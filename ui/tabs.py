@@ -4,6 +4,7 @@ the fields of the views in :mod:`ui.views` that fill them. The element ids are w
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import gradio as gr
 
@@ -27,6 +28,8 @@ FORK_CHOICES = [
 ]
 FORK_HINT = ("**What if?** Click a token, then continue the answer from that token with the drafter alone or another "
              "method (same models and settings): both continuations appear side by side, where they part marked.")
+FIRST_VIEW = Path(__file__).resolve().parents[1] / "assets" / "first-view.json"
+"""A recorded run of the first example at the app's defaults, replayed on load (scripts/record_first_view.py)."""
 EXAMPLES = [
     ["Sofia went to Plovdiv in 1999. Where did Sofia go, and when? Answer in one sentence.", "safe"],
     [
@@ -38,6 +41,12 @@ EXAMPLES = [
     ["Write a Python function that checks whether a string is a palindrome.", "specem"],
     ["Translate 'good morning, my friend' into Bulgarian, Chinese and Japanese.", "gac"],
 ]
+EXAMPLE_LABELS = ["Names: Sofia in Plovdiv (SAFE)", "Math: Natalia's clips (SAFE)", "Digits: 1234 + 5678 (UniTE)",
+                  "Code: a palindrome check (SpecEM)", "Other languages: good morning (GaC)"]
+CHARTS_HINT = '<p class="el-muted">Click a token: each model\'s top choices and the fused distribution appear here.</p>'
+SCROLL_TO_STRIP_JS = "() => { document.getElementById('status')?.scrollIntoView({behavior: 'smooth', block: 'start'}); }"
+"""Run (button or Enter) brings the status line and the strip below it into view (on a short screen they start
+below the fold)."""
 TOKENIZER_EXAMPLES = [
     ["Sofia went to Plovdiv in 1999."],
     ["3.14159 × 2 = 6.28318; 1,000,000 and 0.5%"],
@@ -65,6 +74,8 @@ class RunTab:
     drafter: gr.Dropdown
     runtime: gr.Radio
     controls: dict[str, gr.components.Component]  # the engine settings, by setting name
+    examples_box: gr.Accordion
+    examples: gr.Dataset
     run_button: gr.Button
     stop_button: gr.Button
     status: gr.HTML
@@ -72,6 +83,7 @@ class RunTab:
     strip: gr.HTML
     explanation: gr.HTML
     tokenization: gr.HTML
+    charts_hint: gr.HTML
     topk_plot: gr.Plot
     fusion_plot: gr.Plot
     record_json: gr.JSON
@@ -97,14 +109,16 @@ def build_run_tab(model_choices: list[str], default_models: list[str], runtimes:
     method = gr.Radio(METHOD_CHOICES, value="safe", label="Method", elem_id="method", render=False)
     with gr.Row():
         with gr.Column(scale=3):
-            prompt = gr.Textbox(label="Prompt", lines=3, max_lines=12, placeholder="Ask something…", elem_id="prompt")
-            with gr.Accordion("Examples: names, numbers, math, code, other languages", open=False):
-                gr.Examples(EXAMPLES, inputs=[prompt, method], cache_examples=False)
+            prompt = gr.Textbox(label="Prompt", lines=3, max_lines=12, placeholder="Ask something…", elem_id="prompt",
+                                value=EXAMPLES[0][0])
+            with gr.Accordion("Examples (click one to fill the form)", open=True, elem_id="examples") as examples_box:
+                examples = gr.Examples(EXAMPLES, inputs=[prompt, method], cache_examples=False, example_labels=EXAMPLE_LABELS,
+                                       label="Names, numbers, math, code, other languages")
         with gr.Column(scale=2):
             method.render()
             with gr.Row():
                 model_box = gr.CheckboxGroup(model_choices, value=default_models, label="Models", elem_id="models")
-                drafter = gr.Dropdown(default_models, value=default_models[0], label="SAFE drafter", elem_id="drafter")
+                drafter = gr.Dropdown(default_models, value=default_models[0], label="SAFE drafter", elem_id="drafter")  # SAFE only
     with gr.Accordion("Engine settings", open=False):
         runtime_radio = gr.Radio(list(runtimes), value=runtime, label="Runtime", info=RUNTIME_INFO, elem_id="runtime")
         controls = engine_controls()
@@ -119,8 +133,9 @@ def build_run_tab(model_choices: list[str], default_models: list[str], runtimes:
             explanation = gr.HTML(elem_id="explanation")
             tokenization = gr.HTML(elem_id="tokenization")
         with gr.Column(scale=1):
-            topk_plot = gr.Plot(label="Each model's top-k", elem_id="topk-plot")
-            fusion_plot = gr.Plot(label="Fused distribution: before / after sharpening", elem_id="fusion-plot")
+            charts_hint = gr.HTML(CHARTS_HINT, elem_id="charts-hint")  # until a token is selected, and why no fusion
+            topk_plot = gr.Plot(label="Each model's top-k", elem_id="topk-plot", visible=False)
+            fusion_plot = gr.Plot(label="Fused distribution: before / after sharpening", elem_id="fusion-plot", visible=False)
     with gr.Accordion("Raw record (JSON)", open=False):
         record_json = gr.JSON(elem_id="record-json")
     with gr.Group(elem_id="fork-box"):
@@ -142,10 +157,10 @@ def build_run_tab(model_choices: list[str], default_models: list[str], runtimes:
     stats = gr.HTML(elem_id="stats")
     with gr.Accordion("Per-token table", open=False):
         token_table = gr.Dataframe(elem_id="token-table", wrap=True)
-    return RunTab(prompt, method, model_box, drafter, runtime_radio, controls, run_button, stop_button, status, legend, strip,
-                  explanation, tokenization, topk_plot, fusion_plot, record_json, fork_method, fork_button, fork_view,
-                  specem_view, rounds, round_slider,
-                  heatmap, weights_plot, weights_note, stats, token_table)
+    return RunTab(prompt, method, model_box, drafter, runtime_radio, controls, examples_box, examples.dataset, run_button,
+                  stop_button, status, legend, strip, explanation, tokenization, charts_hint, topk_plot, fusion_plot,
+                  record_json, fork_method, fork_button, fork_view, specem_view, rounds, round_slider, heatmap, weights_plot,
+                  weights_note, stats, token_table)
 
 
 @dataclass

@@ -44,6 +44,7 @@ class InspectView(NamedTuple):
 
     explanation: Any = ""
     tokenization: Any = ""
+    charts_hint: Any = ""  # a line instead of a chart: nothing selected yet, or why this token has no fusion
     topk_plot: Any = None
     fusion_plot: Any = None
     record_json: Any = None

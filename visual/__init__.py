@@ -5,7 +5,7 @@ string from a trace reaches HTML through :func:`visual.escape.safe` (model outpu
 """
 
 from . import escape, forks
-from .charts import fusion_figure, topk_figure
+from .charts import charts_note, fusion_figure, topk_figure
 from .escape import error_html, safe, status_html, whitespace
 from .forks import fork_html
 from .inspector import explain, inspector_json
@@ -22,6 +22,7 @@ __all__ = [
     "DECISION_LABELS",
     "MISMATCH_EXPLAINER",
     "StripBuilder",
+    "charts_note",
     "compare_figure",
     "compare_frame",
     "compare_html",

@@ -229,3 +229,25 @@ def fusion_figure(trace: RunTrace, index) -> go.Figure | None:
     fig.update_yaxes(autorange="reversed", automargin=True)
     fig.update_xaxes(range=[0, min(1.0, top) * 1.35 + 0.02], tickformat=".0%")
     return style(fig, 110 + 22 * max(len(d) for _, d in panels), f"Fused distribution ({label(fusion.fusion, glyphs=False)})")
+
+
+_NO_FUSION = {
+    "consensus": "The verifiers agreed with the draft (consensus), so nothing was fused here.",
+    "oov_blocked": "A tokenizer mismatch blocked ensembling here: the drafter's token stood and nothing was fused.",
+    "drafter": "Only the drafter decided this token: nothing was checked or fused.",
+    "gated": "GaC's gate: the main model was confident enough, so its token stood and nothing was fused.",
+    "segment": "SpecEM does not fuse distributions: the models' whole segments were scored and one won (the rounds below).",
+}
+
+
+def charts_note(trace: RunTrace, index) -> str:
+    """One line where a chart would be empty: why the token at ``index`` has no fused distribution ("" when it
+    has one)."""
+    record = rd.find_record(trace, index)
+    if record is None or record.fusion is not None:
+        return ""
+    if record.decision == "consensus" and record.condition == "confident":
+        why = ("The verifiers were confident on average (not unanimous), so the draft stood and nothing was fused.")
+    else:
+        why = _NO_FUSION.get(str(record.decision), "Nothing was fused at this token.")
+    return f'<p class="el-muted">{safe(why)}</p>'
