@@ -936,3 +936,14 @@ def test_model_rows_and_chart_marks_do_not_wear_decision_colours():
     for t in trace.tokens:
         rows = visual.tokenization_html(trace, t.index)
         assert "model-" not in rows  # the tokenization rows name their model; their boxes are neutral
+
+
+def test_specem_rounds_fold_and_explain_reward_and_weight():
+    trace = RunTrace.from_json((FIXTURES / "specem.json").read_text(encoding="utf-8"))
+    html = visual.rounds_html(trace)
+    assert html.count('<details class="el-round"') == len(trace.rounds) >= 2
+    assert html.count('<details class="el-round" open>') == 1 and html.rfind(" open>") > html.rfind('<details class="el-round">')
+    assert "share of (other model&#x27;s verifier" in html or "share of (other model's verifier" in html
+    assert "exp(η·reward)" in html
+    fig = visual.weights_figure(trace)
+    assert fig.layout.yaxis.range[0] == 0 and fig.layout.yaxis.range[1] <= 1.0

@@ -41,8 +41,18 @@ def _candidate_row(trace: RunTrace, rnd: RoundRecord, i: int, cand: dict) -> str
     )
 
 
+REWARD_MEANING = (
+    "Hedge reward of this model: the share of (other model's verifier, other candidate) comparisons where the other "
+    "verifiers scored this model's segment at least as high (its own verifier does not count; at least one "
+    "comparison's share). It is not the vote: the vote adds every verifier's weighted score, so a winner can get a "
+    "smaller reward than a loser the others rated highly.")
+SCORE_MEANING = "The weighted score of this candidate: each verifier's score of it times that verifier's weight, summed (highest wins)."
+WEIGHT_MEANING = ("The model's weight before → after this round: it multiplies the model's scores in the vote and "
+                  "grows by exp(η·reward) with η = η0·sqrt(1/K)/t, then the weights are renormalised to sum to 1.")
+
+
 def rounds_html(trace: RunTrace) -> str:
-    """A timeline of SpecEM rounds, one card each; "" for other methods."""
+    """A timeline of SpecEM rounds, one collapsible card each (the last one open); "" for other methods."""
     if not _is_specem(trace):
         return ""
     cards = []
@@ -51,21 +61,24 @@ def rounds_html(trace: RunTrace) -> str:
             f"{safe(k.removesuffix('_s'))} {_num(v, 2)} s" for k, v in rd.mapping(rnd.timings).items() if rd.number(v) is not None
         )
         head = (
-            f'<div class="el-round-head"><b>Round {int(rnd.index)}</b>'
+            f'<summary class="el-round-head"><b>Round {int(rnd.index)}</b>'
             f"<span>from character {int(rnd.start)}</span>"
             f"<span>winner {swatch(model_class(trace.models, rnd.winner or ''))} <b>{safe(rnd.winner)}</b></span>"
             + (f'<span class="el-muted">{timings}</span>' if timings else "")
-            + "</div>"
+            + "</summary>"
         )
         header_row = (
-            '<div class="el-cand el-muted"><span>model</span><span>candidate</span>'
-            '<span class="el-num">tokens</span><span class="el-num">weighted score</span><span class="el-num">reward</span></div>'
+            '<div class="el-cand el-muted"><span>model</span><span>candidate</span><span class="el-num">tokens</span>'
+            f'<span class="el-num el-help" title="{safe(SCORE_MEANING)}">weighted score ⓘ</span>'
+            f'<span class="el-num el-help" title="{safe(REWARD_MEANING)}">reward ⓘ</span></div>'
         )
         cands = [_candidate_row(trace, rnd, i, c) for i, c in enumerate(rnd.candidates) if isinstance(c, dict)]
         before, after = rd.mapping(rnd.weights_before), rd.mapping(rnd.weights_after)
         weights = ", ".join(f"{safe(m)} {_num(w)} → {_num(after.get(m))}" for m, w in before.items())
-        foot = f'<div class="el-muted">weights {weights}</div>' if weights else ""
-        cards.append(f'<div class="el-round">{head}{header_row}{"".join(cands)}{foot}</div>')
+        foot = (f'<div class="el-muted"><span class="el-help" title="{safe(WEIGHT_MEANING)}">weights ⓘ</span> {weights}</div>'
+                if weights else "")
+        is_open = " open" if rnd is trace.rounds[-1] else ""
+        cards.append(f'<details class="el-round"{is_open}>{head}{header_row}{"".join(cands)}{foot}</details>')
     return f'<div class="el-rounds">{"".join(cards)}</div>'
 
 
@@ -159,8 +172,9 @@ def weights_figure(trace: RunTrace) -> go.Figure | None:
             )
         )
     fig.update_xaxes(title_text="round (0 = start)", tickmode="array", tickvals=x, ticktext=["start", *[str(r.index) for r in trace.rounds]])
-    fig.update_yaxes(title_text="weight")
-    fig = style(fig, 320, "Model weights over rounds (online feedback)")
+    top = max([y for tr in fig.data for y in tr.y if y is not None] or [1.0])
+    fig.update_yaxes(title_text="weight", range=[0, max(0.5, min(1.0, top * 1.15))])  # from 0: small moves look small
+    fig = style(fig, 320, "Model weights over rounds (online feedback; axis from 0)")
     fig.update_layout(showlegend=True, legend=dict(orientation="h", y=-0.25))
     return fig
 

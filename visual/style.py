@@ -126,7 +126,9 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
 .el-big { font-size: 1.4em; font-weight: 600; }
 .el-rounds { display: flex; flex-direction: column; gap: 10px; }
 .el-round { border: 1px solid var(--el-line); border-radius: 6px; padding: 6px 10px; }
-.el-round-head { display: flex; flex-wrap: wrap; gap: 4px 14px; font-size: 13px; margin-bottom: 4px; }
+.el-round-head { display: flex; flex-wrap: wrap; gap: 4px 14px; font-size: 13px; margin-bottom: 4px; cursor: pointer; }
+.el-round-head::before { content: "▸"; } details[open] > .el-round-head::before { content: "▾"; }
+.el-help { cursor: help; text-decoration: underline dotted; }
 .el-cand { display: grid; grid-template-columns: minmax(7em, max-content) 1fr repeat(3, max-content); gap: 2px 12px;
   align-items: baseline; padding: 2px 4px; border-radius: 4px; }
 .el-cand.winner { outline: 2px solid var(--el-shared); background: var(--el-faint); }
