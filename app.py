@@ -316,6 +316,18 @@ def tokenize_view(text, model_names, show_whitespace) -> TokenizerView:
                          visual.tokenizer_counts_frame(comparison))
 
 
+def tokenizers_page(text, model_names) -> str:
+    """The aligned tokenizer view as one self-contained HTML file (its path, for download)."""
+    try:
+        names = _models(model_names)
+        comparison = compare(text or "", {name: POOL.keys(name) for name in names})
+    except EnsembleError as exc:
+        raise gr.Error(str(exc)) from exc
+    page = Path(tempfile.mkdtemp(prefix="ensemble-lens-")) / "tokenizers.html"
+    page.write_text(visual.tokenizers_document(comparison), encoding="utf-8")
+    return str(page)
+
+
 # -- compare tab ----------------------------------------------------------------------------------------------
 @gpu
 def compare_stream(prompt, methods, model_names, max_new_tokens, request: gr.Request, progress=gr.Progress()):
@@ -343,9 +355,13 @@ def compare_stream(prompt, methods, model_names, max_new_tokens, request: gr.Req
             yield CompareView(visual.error_html(f"{method} failed: {exc}"))
             return
         traces[method] = job.trace
-        yield CompareView(visual.compare_html(traces), visual.compare_frame(traces), visual.compare_figure(traces))
-        if cancel.is_set():
+        view = CompareView(visual.compare_html(traces), visual.compare_frame(traces), visual.compare_figure(traces))
+        if cancel.is_set() or len(traces) == len(methods):
+            page = Path(tempfile.mkdtemp(prefix="ensemble-lens-")) / f"compare-{'-'.join(traces)}.html"
+            page.write_text(visual.compare_document(traces), encoding="utf-8")
+            yield view._replace(cmp_html=str(page))
             return
+        yield view
 
 
 # -- trace tab ------------------------------------------------------------------------------------------------
@@ -359,7 +375,9 @@ def export_trace(request: gr.Request) -> ExportView:
     json_path.write_text(trace.to_json(indent=1), encoding="utf-8")
     csv_path = folder / f"tokens-{trace.method}-{stamp}.csv"
     csv_path.write_text(visual.tokens_csv(trace), encoding="utf-8")
-    return ExportView(str(json_path), str(csv_path))
+    html_path = folder / f"run-{trace.method}-{stamp}.html"
+    html_path.write_text(visual.run_document(trace), encoding="utf-8")
+    return ExportView(str(json_path), str(csv_path), str(html_path))
 
 
 def import_trace(file, request: gr.Request) -> RunView:
@@ -555,6 +573,8 @@ def wire_other_tabs(demo: gr.Blocks, run: tabs.RunTab, tok: tabs.TokenizerTab, c
 
     tok.tok_button.click(on_tokenize, inputs=tok_inputs, outputs=outputs(tok, TokenizerView), concurrency_id="tokenize",
                          concurrency_limit=4, api_visibility="private")
+    tok.tok_save.click(tokenizers_page, inputs=[tok.tok_text, tok.tok_models], outputs=[tok.tok_html],
+                       concurrency_id="tokenize", api_visibility="private")
     tok.tok_ws.change(on_tokenize, inputs=tok_inputs, outputs=outputs(tok, TokenizerView), concurrency_id="tokenize",
                       api_visibility="private")
 

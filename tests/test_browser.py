@@ -82,6 +82,13 @@ def test_tokenizer_tab_teaches_sofia(page):
     view = page.locator("#tok-view").inner_text()
     assert "Sofia" in view and "of" in view and "ia" in view
     shot(page, "tokenizers")
+    page.locator("#tok-save").click()
+    link = page.locator("#tok-html a").first
+    link.wait_for()
+    with page.expect_download() as download:
+        link.click()
+    saved = Path(download.value.path()).read_text(encoding="utf-8")
+    assert saved.startswith("<!DOCTYPE html>") and "Sofia" in saved and "<script src" not in saved
 
 
 def test_export_and_reimport_a_trace(page, tmp_path):
@@ -98,6 +105,7 @@ def test_export_and_reimport_a_trace(page, tmp_path):
     download.value.save_as(saved)
     data = json.loads(saved.read_text())
     assert data["method"] == "single" and data["models"] == ["smollm2"]
+    page.locator("#html-file a").first.wait_for()  # and the run as one offline page
     page.reload()
     page.get_by_role("tab", name="Trace").click()
     page.locator("#upload input[type=file]").set_input_files(str(saved))
@@ -183,6 +191,8 @@ def test_compare_tab_runs_methods_side_by_side(page):
     page.wait_for_function("() => document.querySelectorAll('#cmp-view .el-compare-card').length >= 2", timeout=300_000)
     page.wait_for_selector("#cmp-plot .js-plotly-plot")
     assert "safe" in page.locator("#cmp-table").inner_text().lower()
+    page.locator("#cmp-html a").first.wait_for()  # the finished comparison as one offline page
+    assert page.locator("#cmp-html").inner_text().strip().endswith(".html") or "compare-" in page.locator("#cmp-html").inner_text()
     shot(page, "compare")
 
 
@@ -462,3 +472,30 @@ def test_the_first_view_is_a_labelled_recording_with_examples_as_chips(page):
     assert not page.locator("#drafter").is_visible()  # SAFE's drafter box is SAFE's only
     page.locator("#method").get_by_label("SAFE").check()
     page.locator("#drafter").wait_for(state="visible")
+
+
+def test_a_run_exported_as_one_html_file_works_offline(browser, tmp_path, embedded):
+    """generate --html: the file opens from disk with every request refused, and its inspector answers clicks."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "run.html"
+    done = subprocess.run([sys.executable, "-m", "ensemble", "generate", "--method", "safe", "--models", "smollm2,gemma3",
+                           "--prompt", SOFIA + " <img src=x onerror=alert(1)>", "--max-new-tokens", "20", "--html", str(out),
+                           "--runtime", "transformers"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    context = browser.new_context(viewport={"width": 1024, "height": 768})
+    page = context.new_page()
+    requests = []
+    page.route("**/*", lambda route: (requests.append(route.request.url), route.abort())
+               if not route.request.url.startswith("file:") else route.continue_())
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.goto(out.as_uri())
+    page.locator(".el-strip .el-tok").first.wait_for()
+    page.locator(".el-strip .el-tok.oov_blocked").first.click()
+    page.wait_for_function("() => (document.querySelector('#el-inspector')?.innerText || '').includes('gemma3')")
+    assert "Sofia" in page.locator(".el-strip").inner_text() and "consensus" in page.locator(".el-legend").inner_text()
+    assert not requests and not dialogs and page.locator("img").count() == 0
+    shot(page, "export-html")
+    context.close()

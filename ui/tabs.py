@@ -171,6 +171,8 @@ class TokenizerTab:
     tok_button: gr.Button
     tok_view: gr.HTML
     tok_counts: gr.Dataframe
+    tok_save: gr.Button
+    tok_html: gr.File
 
 
 def build_tokenizer_tab(model_choices: list[str], default_models: list[str]) -> TokenizerTab:
@@ -184,7 +186,10 @@ def build_tokenizer_tab(model_choices: list[str], default_models: list[str]) -> 
     gr.Examples(TOKENIZER_EXAMPLES, inputs=[tok_text], label="Examples")
     tok_view = gr.HTML(elem_id="tok-view")
     tok_counts = gr.Dataframe(label="Token counts", elem_id="tok-counts")
-    return TokenizerTab(tok_text, tok_models, tok_ws, tok_button, tok_view, tok_counts)
+    with gr.Row():
+        tok_save = gr.Button("Save this view as one HTML page", elem_id="tok-save", scale=1)
+        tok_html = gr.File(label="Aligned view (HTML, opens offline)", elem_id="tok-html", scale=3)
+    return TokenizerTab(tok_text, tok_models, tok_ws, tok_button, tok_view, tok_counts, tok_save, tok_html)
 
 
 @dataclass
@@ -198,6 +203,7 @@ class CompareTab:
     cmp_view: gr.HTML
     cmp_table: gr.Dataframe
     cmp_plot: gr.Plot
+    cmp_html: gr.File
 
 
 def build_compare_tab(model_choices: list[str], default_models: list[str]) -> CompareTab:
@@ -213,7 +219,8 @@ def build_compare_tab(model_choices: list[str], default_models: list[str]) -> Co
     cmp_view = gr.HTML(elem_id="cmp-view")
     cmp_table = gr.Dataframe(label="Stats", elem_id="cmp-table")
     cmp_plot = gr.Plot(label="Latency and E/T", elem_id="cmp-plot")
-    return CompareTab(cmp_prompt, cmp_methods, cmp_models, cmp_tokens, cmp_button, cmp_stop, cmp_view, cmp_table, cmp_plot)
+    cmp_html = gr.File(label="This comparison as one page (HTML, opens offline)", elem_id="cmp-html")
+    return CompareTab(cmp_prompt, cmp_methods, cmp_models, cmp_tokens, cmp_button, cmp_stop, cmp_view, cmp_table, cmp_plot, cmp_html)
 
 
 @dataclass
@@ -221,6 +228,7 @@ class TraceTab:
     export_button: gr.Button
     json_file: gr.File
     csv_file: gr.File
+    html_file: gr.File
     upload: gr.File
     trace_status: gr.HTML
 
@@ -234,9 +242,10 @@ def build_trace_tab() -> TraceTab:
         export_button = gr.Button("Export current run", elem_id="export-button")
         json_file = gr.File(label="Trace (JSON)", elem_id="json-file")
         csv_file = gr.File(label="Tokens (CSV)", elem_id="csv-file")
+        html_file = gr.File(label="Page (HTML, opens offline)", elem_id="html-file")
     upload = gr.File(label="Load a trace (.json)", file_types=[".json"], type="filepath", elem_id="upload")
     trace_status = gr.HTML(elem_id="trace-status")  # what the upload did, or why the file was refused
-    return TraceTab(export_button, json_file, csv_file, upload, trace_status)
+    return TraceTab(export_button, json_file, csv_file, html_file, upload, trace_status)
 
 
 @dataclass

@@ -66,11 +66,13 @@ class CompareView(NamedTuple):
     cmp_view: Any = ""
     cmp_table: Any = None
     cmp_plot: Any = None
+    cmp_html: Any = None  # the finished comparison as one self-contained page
 
 
 class ExportView(NamedTuple):
     json_file: Any = None
     csv_file: Any = None
+    html_file: Any = None  # the run as one self-contained page (visual.run_document)
 
 
 class ResultsView(NamedTuple):

@@ -7,6 +7,7 @@ string from a trace reaches HTML through :func:`visual.escape.safe` (model outpu
 from . import escape, forks
 from .charts import charts_note, fusion_figure, topk_figure
 from .escape import error_html, safe, status_html, whitespace
+from .export import compare_document, fork_document, run_document, tokenizers_document
 from .forks import fork_html
 from .inspector import explain, inspector_json
 from .report import results_figures, results_html, write_report
@@ -23,12 +24,14 @@ __all__ = [
     "MISMATCH_EXPLAINER",
     "StripBuilder",
     "charts_note",
+    "compare_document",
     "compare_figure",
     "compare_frame",
     "compare_html",
     "error_html",
     "escape",
     "explain",
+    "fork_document",
     "fork_html",
     "forks",
     "fusion_figure",
@@ -38,6 +41,7 @@ __all__ = [
     "results_figures",
     "results_html",
     "rounds_html",
+    "run_document",
     "safe",
     "score_heatmap",
     "stats_frame",
@@ -48,6 +52,7 @@ __all__ = [
     "token_groups",
     "tokenization_html",
     "tokenizer_counts_frame",
+    "tokenizers_document",
     "tokenizers_html",
     "tokens_csv",
     "topk_figure",

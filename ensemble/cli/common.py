@@ -27,3 +27,12 @@ def read_bytes(path: str, limit: int = 64 * 1024 * 1024) -> bytes:
             return fh.read(limit)
     except OSError as exc:
         raise SettingsError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+
+
+def write_document(path: str, view: str, *args) -> None:
+    """Write one of ``visual``'s standalone HTML documents (``run_document``, ``tokenizers_document``) to ``path``.
+    The command line may draw with ``visual``; it is imported here, when asked for, never by the engine."""
+    import visual
+
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(getattr(visual, view)(*args))

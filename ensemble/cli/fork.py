@@ -12,7 +12,7 @@ import sys
 
 from ..fork import DRAFTER_ALONE, FORK_METHODS, member_names
 from ..outputs import check_output_file
-from .common import read_bytes
+from .common import read_bytes, write_document
 from .options import add_runtime_option
 
 
@@ -24,6 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="the fork's token budget (default: what the run had left at the fork)")
     p.add_argument("--out", default=None, help="save the fork's trace JSON here")
+    p.add_argument("--html", default=None, metavar="PATH", help="save the fork as one self-contained HTML file")
     p.add_argument("--json", action="store_true", help="print the fork's trace and the comparison as JSON")
     p.add_argument("--device", default="cpu", help="cpu | cuda:N | auto")
     add_runtime_option(p)
@@ -43,13 +44,16 @@ def cmd_fork(args) -> int:
     settings.validate(method, unique_labels(names))  # the run names a second copy qwen#2, as the trace did
     for name in names:
         resolve(name)
-    if args.out:
-        check_output_file(args.out)
+    for path in (args.out, args.html):
+        if path:
+            check_output_file(path)
     pool = ModelPool(device=args.device, runtime=args.runtime)
     forked, comparison = run_fork(pool.get_many(names), trace, at, args.method, settings)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:
             fh.write(forked.to_json(indent=1))
+    if args.html:
+        write_document(args.html, "fork_document", trace, forked, comparison.to_dict())
     if args.json:
         print(json.dumps({"fork": forked.to_dict(), "comparison": comparison.to_dict()}, ensure_ascii=False))
         return 0

@@ -11,7 +11,7 @@ from ..errors import MemberDied, SettingsError
 from ..models import resolve
 from ..models.runtimes import split_runtime
 from ..outputs import check_output_file
-from .common import models_arg, read_text
+from .common import models_arg, read_text, write_document
 from .options import add_backend_options, add_engine_options, backend_from_args, settings_from_args
 
 ANSI = {
@@ -31,6 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt-file", default=None)
     p.add_argument("--json", action="store_true", help="print the trace as JSON")
     p.add_argument("--out", default=None, help="also save the trace JSON to this file")
+    p.add_argument("--html", default=None, metavar="PATH",
+                   help="also save the run as one self-contained HTML file (strip, inspector on click, stats; opens offline)")
     p.add_argument("--verbose", action="store_true")
     p.add_argument("--device", default="cpu", help="cpu | cuda:N | auto")
     p.add_argument("--dtype", default="auto")
@@ -57,8 +59,9 @@ def cmd_generate(args) -> int:
     settings.validate(args.method, bases)
     for name in bases:
         resolve(name)
-    if args.out:
-        check_output_file(args.out)
+    for path in (args.out, args.html):
+        if path:
+            check_output_file(path)
     backend = backend_from_args(args, members=1 if args.method == "single" else len(names))
     pool = ModelPool(device=args.device, dtype=args.dtype, backend=backend, runtime=args.runtime)
     models = pool.get_many(names)
@@ -89,6 +92,8 @@ def cmd_generate(args) -> int:
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:
             fh.write(trace.to_json(indent=1))
+    if args.html:
+        write_document(args.html, "run_document", trace)
     if failed is not None:
         print(f"\nerror: {failed}", file=sys.stderr)
         return 1

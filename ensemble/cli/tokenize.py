@@ -7,7 +7,8 @@ import json
 
 from ..errors import SettingsError
 from ..models import DEFAULT_MODELS
-from .common import models_arg, read_text
+from ..outputs import check_output_file
+from .common import models_arg, read_text, write_document
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -15,6 +16,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--file", default=None, help="read the text from a file")
     p.add_argument("--models", default=",".join(DEFAULT_MODELS))
     p.add_argument("--json", action="store_true")
+    p.add_argument("--html", default=None, metavar="PATH", help="also save the aligned view as one self-contained HTML file")
     p.set_defaults(func=cmd_tokenize)
 
 
@@ -25,9 +27,13 @@ def cmd_tokenize(args) -> int:
     text = read_text(args.file, "surrogateescape") if args.file else args.text  # stray bytes stay visible
     if text is None:
         raise SettingsError("Give the text to tokenize, or --file PATH.")
+    if args.html:
+        check_output_file(args.html)
     pool = ModelPool()
     tables = {name: pool.keys(name) for name in models_arg(args.models)}
     result = compare(text, tables)
+    if args.html:
+        write_document(args.html, "tokenizers_document", result)
     if args.json:
         out = {k: result[k] for k in ("text", "models", "shared_boundaries", "agreement", "all_boundaries", "segments", "notes")}
         print(json.dumps(out, ensure_ascii=False))
