@@ -50,6 +50,7 @@ RUNTIME_CHOICES = [r for r in RUNTIMES if r != "llamacpp" or llamacpp_available(
 QUEUE_SIZE = int(os.environ.get("ENSEMBLE_LENS_QUEUE", "16"))
 RUN_CONCURRENCY = int(os.environ.get("ENSEMBLE_LENS_CONCURRENCY", "2"))
 STREAM_INTERVAL = 0.2  # seconds between streamed updates (about 5 per second)
+MCP_SERVER = os.environ.get("ENSEMBLE_LENS_MCP", "1") != "0"  # the API's four endpoints as MCP tools for agents
 
 PRESETS_VISIBLE = DEVICE != "cpu" or os.environ.get("ENSEMBLE_LENS_PRESETS") == "1"
 MODEL_CHOICES = list(EMBEDDED) + (list(GPU_PRESETS) if PRESETS_VISIBLE else [])
@@ -462,8 +463,35 @@ def fork(trace: dict, at: int, method: str = DRAFTER_ALONE) -> dict:
     return {"fork": forked.to_dict(), "comparison": comparison.to_dict()}
 
 
+def explain_token(trace: dict, index: int) -> dict:
+    """Why the ensemble chose token ``index`` of a trace, in plain words, with the token's full record.
+
+    Args:
+        trace: a trace as JSON (what run_ensemble returns, or a saved trace file's content).
+        index: the token's number in the trace (0 = the first token of the answer).
+
+    Returns:
+        {"index", "text" (the token's characters), "decision", "explanation" (plain text), "record" (raw JSON)}.
+    """
+    try:
+        parsed = RunTrace.from_json(trace if isinstance(trace, str) else json.dumps(trace))
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(parsed.tokens):
+            raise InputError(f"Token #{index} is not in this trace: it has tokens #0 to #{len(parsed.tokens) - 1}.")
+    except (EnsembleError, ValueError, TypeError) as exc:
+        raise gr.Error(str(exc)) from exc
+    record = parsed.tokens[index]
+    return {"index": index, "text": parsed.text[record.start : record.end], "decision": str(record.decision),
+            "explanation": visual.explain_text(parsed, index), "record": visual.inspector_json(parsed, index)}
+
+
 def tokenize(text: str, models: str = ",".join(DEFAULT_MODELS)) -> dict:
-    """Compare how the models' tokenizers cut a text (tokens with spans, shared boundaries, agreement)."""
+    """Compare how the models' tokenizers cut a text: each model's tokens with spans, the boundaries they share,
+    the boundaries each lacks, and the agreement in percent.
+
+    Args:
+        text: any text (names, numbers, emoji, CJK and code show the mismatches best).
+        models: comma-separated tokenizer names (embedded: qwen, smollm2, gemma3).
+    """
     try:
         names = _models(models)
         return compare(text, {name: POOL.keys(name) for name in names})
@@ -498,6 +526,7 @@ def build_app() -> gr.Blocks:
         gr.api(run_ensemble, api_name="run_ensemble", concurrency_id="engine", concurrency_limit=RUN_CONCURRENCY)
         gr.api(fork, api_name="fork", concurrency_id="engine", concurrency_limit=RUN_CONCURRENCY)
         gr.api(tokenize, api_name="tokenize", concurrency_id="tokenize", concurrency_limit=4)
+        gr.api(explain_token, api_name="explain_token", concurrency_id="tokenize")
     demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=RUN_CONCURRENCY)
     return demo
 
@@ -623,6 +652,7 @@ def launch(port: int | None = None, block: bool = True, host: str | None = None)
         theme=gr.themes.Soft(),
         prevent_thread_lock=not block,
         quiet=not block,
+        mcp_server=MCP_SERVER,  # streamable HTTP at /gradio_api/mcp/ (the README shows a client's config)
     )
 
 

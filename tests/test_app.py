@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from gradio_client import Client
 
@@ -15,8 +17,46 @@ def client(app_url):
     return Client(app_url, verbose=False)
 
 
-def test_api_lists_exactly_the_three_endpoints(client):
-    assert set(client.view_api(print_info=False, return_format="dict")["named_endpoints"]) == {"/run_ensemble", "/tokenize", "/fork"}
+ENDPOINTS = {"run_ensemble", "tokenize", "fork", "explain_token"}
+
+
+def test_api_lists_exactly_the_four_endpoints(client):
+    assert set(client.view_api(print_info=False, return_format="dict")["named_endpoints"]) == {f"/{e}" for e in ENDPOINTS}
+
+
+def test_agents_use_the_same_four_as_mcp_tools(app_url):
+    """An MCP client (the ``mcp`` package, streamable HTTP) lists typed, documented tools and calls them."""
+    import ast
+    import asyncio
+
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamablehttp_client
+
+    async def session_calls():
+        async with streamablehttp_client(app_url.rstrip("/") + "/gradio_api/mcp/") as (read, write, _), \
+                ClientSession(read, write) as session:
+            await session.initialize()
+            tools = {t.name: t for t in (await session.list_tools()).tools}
+            compared = await session.call_tool("tokenize", {"text": "Sofia went to Plovdiv", "models": "smollm2,gemma3"})
+            ran = await session.call_tool("run_ensemble", {"prompt": "Sofia went to Plovdiv in 1999. Where did Sofia go?",
+                                                           "method": "safe", "models": "smollm2,gemma3",
+                                                           "settings": {"max_new_tokens": 12}})
+            trace = ast.literal_eval(ran.content[0].text)  # Gradio sends a result object as its Python text
+            why = await session.call_tool("explain_token", {"trace": trace, "index": 1})
+            bad = await session.call_tool("explain_token", {"trace": trace, "index": 999})
+            return tools, compared, trace, why, bad
+
+    tools, compared, trace, why, bad = asyncio.run(session_calls())
+    assert set(tools) == ENDPOINTS
+    assert "prompt" in tools["run_ensemble"].inputSchema["properties"] and tools["run_ensemble"].description
+    assert "index" in tools["explain_token"].inputSchema["properties"]
+    assert tools["tokenize"].inputSchema["properties"]["text"]["description"]
+    assert ast.literal_eval(compared.content[0].text)["models"]["smollm2"]["tokens"][0]["text"] == "S"
+    RunTrace.from_dict(trace)
+    answer = ast.literal_eval(why.content[0].text)
+    assert answer["index"] == 1 and answer["decision"] == trace["tokens"][1]["decision"] and len(answer["explanation"]) > 20
+    assert not re.search(r"</?(p|b|code|span|div)\b", answer["explanation"])  # plain text, not the inspector's HTML
+    assert bad.isError and "is not in this trace" in bad.content[0].text
 
 
 def test_fork_endpoint_continues_a_trace_and_compares(client):
