@@ -30,7 +30,7 @@ from ensemble.models import DEFAULT_MODELS, EMBEDDED, GPU_PRESETS, ModelPool
 from ensemble.models.runtimes import RUNTIMES, llamacpp_available, runtime_from_env, split_runtime
 from ensemble.settings import METHODS, Settings
 from ensemble.trace import MAX_TRACE_BYTES, RunTrace
-from ui import tabs
+from ui import links, tabs
 from ui.controls import control_values, settings_from_controls
 from ui.forking import fork_stream
 from ui.views import CompareView, ExportView, ForkView, InspectView, ResultsView, RunView, TokenizerView, outputs, updates
@@ -294,6 +294,9 @@ def first_view(request: gr.Request) -> RunView:
     session = SESSIONS.get(_session(request))
     if session["job"] is not None or session["trace"] is not None:
         return RunView()
+    asked = (getattr(request, "query_params", None) or {}).get("prompt")
+    if asked and asked != trace.prompt:  # a link opened another prompt: the recording is not of it
+        return RunView(status=visual.status_html("A link filled in this prompt and its settings: press Run to run it."))
     session["trace"] = trace
     runtimes = sorted({str(info.get("runtime", "transformers")) for info in trace.model_info.values()})
     status = (f"A recorded run, not a live one: {trace.method} on {', '.join(trace.models)} ({', '.join(runtimes)}, "
@@ -510,7 +513,7 @@ def build_app() -> gr.Blocks:
     models, defaults = MODEL_CHOICES, list(DEFAULT_MODELS)
     with gr.Blocks(title="Ensemble Lens") as demo:
         gr.Markdown(INTRO)
-        with gr.Tabs():
+        with gr.Tabs() as tab_box:
             with gr.Tab("Run", id="run"):
                 run = tabs.build_run_tab(models, defaults, RUNTIME_CHOICES, RUNTIME)
             with gr.Tab("Tokenizers", id="tokenizers"):
@@ -522,7 +525,8 @@ def build_app() -> gr.Blocks:
             with gr.Tab("Results", id="results"):
                 results = tabs.build_results_tab(COMMITTED_RESULTS.exists())
         wire_run_tab(run, trace)
-        wire_other_tabs(demo, run, tok, cmp, trace, results)
+        opened = wire_links(demo, tab_box, run, tok)
+        wire_other_tabs(opened, run, tok, cmp, trace, results)
         gr.api(run_ensemble, api_name="run_ensemble", concurrency_id="engine", concurrency_limit=RUN_CONCURRENCY)
         gr.api(fork, api_name="fork", concurrency_id="engine", concurrency_limit=RUN_CONCURRENCY)
         gr.api(tokenize, api_name="tokenize", concurrency_id="tokenize", concurrency_limit=4)
@@ -593,7 +597,7 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
                         api_visibility="private")
 
 
-def wire_other_tabs(demo: gr.Blocks, run: tabs.RunTab, tok: tabs.TokenizerTab, cmp: tabs.CompareTab, trace: tabs.TraceTab,
+def wire_other_tabs(opened, run: tabs.RunTab, tok: tabs.TokenizerTab, cmp: tabs.CompareTab, trace: tabs.TraceTab,
                     results: tabs.ResultsTab) -> None:
     tok_inputs = [tok.tok_text, tok.tok_models, tok.tok_ws]
 
@@ -624,12 +628,43 @@ def wire_other_tabs(demo: gr.Blocks, run: tabs.RunTab, tok: tabs.TokenizerTab, c
                                 outputs=outputs(results, ResultsView), api_visibility="private")
     results.results_ours.click(lambda: updates(results, show_results(str(COMMITTED_RESULTS))),
                                outputs=outputs(results, ResultsView), api_visibility="private")
-    demo.load(on_tokenize, inputs=tok_inputs, outputs=outputs(tok, TokenizerView), api_visibility="private")
+    opened.then(on_tokenize, inputs=tok_inputs, outputs=outputs(tok, TokenizerView), api_visibility="private")
 
     def on_load(request: gr.Request):
         return updates(run, first_view(request))
 
-    demo.load(on_load, outputs=outputs(run, RunView), api_visibility="private")
+    opened.then(on_load, outputs=outputs(run, RunView), api_visibility="private")
+
+
+def wire_links(demo: gr.Blocks, tab_box: gr.Tabs, run: tabs.RunTab, tok: tabs.TokenizerTab):
+    """The URL: opening a link restores what it holds (``ui.links``); Copy link writes the form into one.
+    Returns the page-load event (what else runs on load follows it, with the restored values)."""
+    controls = list(run.controls)
+
+    def on_link(prompt, method, models, *values):
+        return links.link_query("run", prompt, method, models or [], dict(zip(controls, values, strict=True)))
+
+    shown = run.link_button.click(on_link, inputs=[run.prompt, run.method, run.model_box, *run.controls.values()],
+                                  outputs=[run.link_box], api_visibility="private", queue=False)
+    shown.then(lambda url: gr.update(value=url, visible=True), inputs=[run.link_box], outputs=[run.link_box],
+               js=links.SHARE_JS, api_visibility="private", queue=False)
+
+    restored = [tab_box, run.prompt, run.method, run.model_box, tok.tok_text, *run.controls.values()]
+
+    def on_open(request: gr.Request):
+        asked = links.form_from_query(dict(getattr(request, "query_params", {}) or {}), MODEL_CHOICES)
+        out = {c: gr.skip() for c in restored}  # (an empty dict would read as one value)
+        out.update({run.controls[k]: v for k, v in asked.get("settings", {}).items()})
+        for key, component in (("prompt", run.prompt), ("method", run.method), ("text", tok.tok_text)):
+            if key in asked:
+                out[component] = asked[key]
+        if "models" in asked:
+            out[run.model_box] = asked["models"]
+        if "tab" in asked:
+            out[tab_box] = gr.Tabs(selected=asked["tab"])
+        return out
+
+    return demo.load(on_open, outputs=restored, api_visibility="private")
 
 
 def warm_up() -> None:
@@ -649,6 +684,7 @@ def launch(port: int | None = None, block: bool = True, host: str | None = None)
         server_name=host or os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         server_port=port or int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
         css=visual.CSS,
+        js=links.KEYS_JS,
         theme=gr.themes.Soft(),
         prevent_thread_lock=not block,
         quiet=not block,

@@ -499,3 +499,36 @@ def test_a_run_exported_as_one_html_file_works_offline(browser, tmp_path, embedd
     assert not requests and not dialogs and page.locator("img").count() == 0
     shot(page, "export-html")
     context.close()
+
+
+def test_links_restore_the_form_and_keys_step_through_tokens(page, app_url):
+    """Copy link puts the form in the URL; opening it restores it; ←/→ and n/p move the selection; #t=N selects."""
+    page.wait_for_function("() => (document.querySelector('#status')?.innerText || '').includes('recorded run')")
+    page.locator("#strip .el-tok").first.click()
+    page.wait_for_function("() => location.hash === '#t=0'")
+    page.locator("body").press("ArrowRight")
+    page.wait_for_function("() => location.hash === '#t=1'")
+    page.locator("body").press("n")  # the next blocked or replaced token
+    page.wait_for_function("() => document.querySelector('#strip .el-selected')?.matches('.oov_blocked, .ensembled_replaced')")
+    picked = page.locator("#strip .el-selected").get_attribute("data-i")
+    page.wait_for_function(f"() => (document.querySelector('#explanation')?.innerText || '').includes('token #{picked}')")
+    page.locator("#prompt textarea").fill("What is 6 * 7? <b>bold</b> & more")
+    page.locator("#method").get_by_label("UniTE").check()
+    set_models(page, ["qwen", "gemma3"])
+    page.locator("#link-button").click()
+    page.wait_for_function("() => (document.querySelector('#link-box textarea')?.value || '').includes('?tab=run')")
+    link = page.locator("#link-box textarea").input_value()
+    assert "prompt=What+is+6" in link and "method=unite" in link and "models=qwen%2Cgemma3" in link
+    assert link.endswith("#t=") is False and "#t=" in link  # the selected token travels in the fragment
+    page.goto(link.split("#")[0] + "&tab=tokenizers&text=Plovdiv+%F0%9F%87%A7%F0%9F%87%AC&lookahead=3&models=qwen,nobody")
+    page.wait_for_function("() => (document.querySelector('#tok-text textarea')?.value || '').includes('Plovdiv')")
+    page.wait_for_function("() => { const t = document.querySelector('#tok-view')?.innerText || '';"
+                           " return t.includes('%') && !t.includes('1999'); }")  # the view is of the link's text
+    page.get_by_role("tab", name="Run").click()
+    assert page.locator("#prompt textarea").input_value() == "What is 6 * 7? <b>bold</b> & more"
+    assert page.locator("#method").get_by_label("UniTE").is_checked()
+    assert page.locator("#models").get_by_label("qwen", exact=True).is_checked()
+    assert not page.locator("#models").get_by_label("gemma3", exact=True).is_checked()  # the later models= won
+    assert "press Run" in page.locator("#status").inner_text() and not page.locator("#strip .el-tok").count()
+    page.goto(app_url + "#t=3")  # a token link on the recorded run
+    page.wait_for_function("() => document.querySelector('#strip .el-selected')?.dataset.i === '3'")

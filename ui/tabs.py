@@ -61,6 +61,7 @@ element.addEventListener('click', (event) => {
   if (!token) return;
   element.querySelectorAll('.el-selected').forEach((t) => t.classList.remove('el-selected'));
   token.classList.add('el-selected');
+  history.replaceState(null, '', location.pathname + location.search + '#t=' + token.dataset.i);  // a link to it
   trigger('click', {index: parseInt(token.dataset.i, 10)});
 });
 """
@@ -78,6 +79,8 @@ class RunTab:
     examples: gr.Dataset
     run_button: gr.Button
     stop_button: gr.Button
+    link_button: gr.Button
+    link_box: gr.Textbox
     status: gr.HTML
     legend: gr.HTML
     strip: gr.HTML
@@ -123,8 +126,13 @@ def build_run_tab(model_choices: list[str], default_models: list[str], runtimes:
         runtime_radio = gr.Radio(list(runtimes), value=runtime, label="Runtime", info=RUNTIME_INFO, elem_id="runtime")
         controls = engine_controls()
     with gr.Row():
-        run_button = gr.Button("Run", variant="primary", elem_id="run-button")
-        stop_button = gr.Button("Stop", variant="stop", elem_id="stop-button")
+        run_button = gr.Button("Run", variant="primary", elem_id="run-button", scale=3)
+        stop_button = gr.Button("Stop", variant="stop", elem_id="stop-button", scale=2)
+        link_button = gr.Button("🔗 Copy link", elem_id="link-button", scale=1)
+    link_box = gr.Textbox(label="Link to this prompt, method, models, settings and token (copied)", visible=False,
+                          interactive=False, elem_id="link-box", buttons=["copy"])
+    gr.HTML('<p class="el-muted el-keys">Keys: ← → step through the tokens, n / p jump to the next / previous '
+            "blocked or replaced token.</p>")
     status = gr.HTML(elem_id="status")  # HTML built by visual.status_html: Markdown would fetch ![x](url)
     legend = gr.HTML(elem_id="legend")
     strip = gr.HTML(value="", elem_id="strip", elem_classes=["el-strip"], js_on_load=STRIP_JS)
@@ -158,7 +166,7 @@ def build_run_tab(model_choices: list[str], default_models: list[str], runtimes:
     with gr.Accordion("Per-token table", open=False):
         token_table = gr.Dataframe(elem_id="token-table", wrap=True)
     return RunTab(prompt, method, model_box, drafter, runtime_radio, controls, examples_box, examples.dataset, run_button,
-                  stop_button, status, legend, strip, explanation, tokenization, charts_hint, topk_plot, fusion_plot,
+                  stop_button, link_button, link_box, status, legend, strip, explanation, tokenization, charts_hint, topk_plot, fusion_plot,
                   record_json, fork_method, fork_button, fork_view, specem_view, rounds, round_slider, heatmap, weights_plot,
                   weights_note, stats, token_table)
 
