@@ -532,3 +532,16 @@ def test_links_restore_the_form_and_keys_step_through_tokens(page, app_url):
     assert "press Run" in page.locator("#status").inner_text() and not page.locator("#strip .el-tok").count()
     page.goto(app_url + "#t=3")  # a token link on the recorded run
     page.wait_for_function("() => document.querySelector('#strip .el-selected')?.dataset.i === '3'")
+
+
+def test_a_fused_token_shows_paired_before_after_bars(page):
+    page.get_by_role("tab", name="Trace").click()
+    page.locator("#upload input[type=file]").set_input_files(str(FIXTURES / "safe_math.json"))
+    page.wait_for_function("() => (document.querySelector('#trace-status')?.innerText || '').includes('Loaded')")
+    page.get_by_role("tab", name="Run").click()
+    page.locator("#strip .el-tok.ensembled_replaced, #strip .el-tok.ensembled_kept").first.click()
+    page.locator("#fusion-plot .js-plotly-plot").wait_for()
+    assert "sharpening" in page.locator("#fusion-plot").inner_text()
+    assert not page.locator("#charts-hint").inner_text().strip()  # a fused token needs no excuse
+    page.locator("#fusion-plot").scroll_into_view_if_needed()
+    shot(page, "fusion")

@@ -522,13 +522,17 @@ def test_fusion_figure_before_and_after():
     math = load("safe_math")
     record = next(r for r in math.tokens if r.fusion is not None and r.fusion.sharpened)
     fig = visual.fusion_figure(math, record.index)
-    assert len(fig.data) == 2
-    assert list(fig.data[0].x) == [p for _, p in record.fusion.before]
-    assert list(fig.data[1].x) == [p for _, p in record.fusion.after]
-    assert fig.data[0].text[0] == "chosen + draft" and fig.data[0].marker.color[0] == charts.CHOSEN
+    assert len(fig.data) == 2 and fig.layout.barmode == "group"  # one chart: paired bars per key
+    before, after = dict(record.fusion.before), dict(record.fusion.after)
+    keys = sorted(before, key=lambda k: -before[k])[:12]
+    assert list(fig.data[0].x) == [before[k] for k in keys]
+    assert list(fig.data[1].x) == [after.get(k, 0.0) for k in keys]
+    assert fig.data[0].text[0] == f"{before[keys[0]]:.0%}"  # value labels
+    assert "(chosen + draft)" in fig.data[0].y[0]
+    assert fig.layout.annotations[0].text.startswith("sharpening: ")
     unite = load("unite")
     fig = visual.fusion_figure(unite, 0)
-    assert len(fig.data) == 1 and len(fig.data[0].x) == len(unite.tokens[0].fusion.before)
+    assert len(fig.data) == 1 and len(fig.data[0].x) == min(12, len(unite.tokens[0].fusion.before))
     assert visual.fusion_figure(load("gac"), 0) is None
 
 

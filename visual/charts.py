@@ -184,51 +184,53 @@ def topk_figure(trace: RunTrace, index) -> go.Figure | None:
 
 
 def fusion_figure(trace: RunTrace, index) -> go.Figure | None:
-    """The fused distribution before vs after sharpening, side by side; None when the token was not fused."""
+    """The fused distribution before and after sharpening as one chart of paired bars per key (value labels on
+    each bar; the key sharpening moved most is marked, and the title says when it changed the top choice);
+    None when the token was not fused.
+
+    Keys are ordered by their probability before sharpening; a key's name carries "chosen" / "draft" marks.
+    """
     record = rd.find_record(trace, index)
     if record is None or record.fusion is None:
         return None
     fusion = record.fusion
-    before, after = rd.pairs(fusion.before), rd.pairs(fusion.after)
+    before, after = dict(rd.pairs(fusion.before)), dict(rd.pairs(fusion.after))
     if not before:
         return None
-    panels = [("fused (before sharpening)" if after else "fused distribution", before)]
-    if after:
-        panels.append((f"after {fusion.sharpen} sharpening", after))
+    keys = sorted(dict.fromkeys([*before, *after]), key=lambda k: -(before.get(k) or 0.0))[:12]
     per_model = {m: dict(rd.pairs(v)) for m, v in rd.mapping(fusion.per_model).items()}
-    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[label(t, 60, glyphs=False) for t, _ in panels], horizontal_spacing=0.2)
-    other = dict(after) if after else {}
-    for col, (title, dist) in enumerate(panels, start=1):
-        keys = [k for k, _ in dist]
+    names = unique([label(k) + (f"  ({m})" if (m := _marks(k, fusion.choice, fusion.draft)) else "") for k in keys])
+    fig = go.Figure()
+    series = [("before sharpening" if after else "fused", before, DRAFT)] + ([(f"after {fusion.sharpen}", after, CHOSEN)] if after else [])
+    for title, dist, colour in series:
         hover = []
-        for key, p in dist:
-            rows = [("key", label(key)), ("p", prob(p))]
-            if after:
-                rows.append(("before" if col == 2 else "after", prob((dict(before) if col == 2 else other).get(key))))
+        for key in keys:
+            rows = [("key", label(key)), ("before", prob(before.get(key)))] + ([("after", prob(after.get(key)))] if after else [])
             rows += [(f"{m[:20]} p", prob(top.get(key))) for m, top in per_model.items()]
-            if mark := _marks(key, fusion.choice, fusion.draft):
-                rows.append(("marked", mark))
             hover.append(hover_table(rows))
-        fig.add_trace(
-            go.Bar(
-                x=[p for _, p in dist],
-                y=unique([label(k) for k in keys]),
-                orientation="h",
-                name=label(title, glyphs=False),
-                marker_color=[_colour(k, fusion.choice, fusion.draft) for k in keys],
-                text=[_marks(k, fusion.choice, fusion.draft) for k in keys],
-                textposition="outside",
-                cliponaxis=False,
-                customdata=hover,
-                hovertemplate="%{customdata}<extra></extra>",
-            ),
-            row=1,
-            col=col,
-        )
-    top = max((p for _, dist in panels for _, p in dist), default=1.0)
+        values = [dist.get(k) or 0.0 for k in keys]
+        fig.add_trace(go.Bar(x=values, y=names, orientation="h", name=title, marker_color=colour,
+                             text=[f"{v:.0%}" if v >= 0.005 else "<1%" for v in values], textposition="outside",
+                             cliponaxis=False, customdata=hover, hovertemplate="%{customdata}<extra></extra>"))
+    title = f"Fused distribution ({label(fusion.fusion, glyphs=False)})"
+    if after:
+        moved = max(keys, key=lambda k: abs((after.get(k) or 0.0) - (before.get(k) or 0.0)))
+        change = (after.get(moved) or 0.0) - (before.get(moved) or 0.0)
+        fig.add_annotation(x=max(before.get(moved) or 0.0, after.get(moved) or 0.0), y=names[keys.index(moved)],
+                           text=f"sharpening: {change * 100:+.1f} pts", showarrow=True, arrowhead=2, ax=60, ay=0,
+                           xanchor="left", font=dict(size=11))
+        top_before, top_after = max(before, key=before.get), max(after, key=after.get)
+        if top_before != top_after:
+            title += f": sharpening changed the top choice from {label(top_before)} to {label(top_after)}"
+        else:
+            title += f": before (light) and after {label(fusion.sharpen or '', glyphs=False)} sharpening (dark)"
+    top = max([*before.values(), *after.values()], default=1.0)
+    fig.update_layout(barmode="group", bargap=0.25, showlegend=bool(after), legend=dict(orientation="h", y=-0.15))
     fig.update_yaxes(autorange="reversed", automargin=True)
-    fig.update_xaxes(range=[0, min(1.0, top) * 1.35 + 0.02], tickformat=".0%")
-    return style(fig, 110 + 22 * max(len(d) for _, d in panels), f"Fused distribution ({label(fusion.fusion, glyphs=False)})")
+    fig.update_xaxes(range=[0, min(1.0, top) * 1.45 + 0.05], tickformat=".0%")
+    fig = style(fig, 120 + (34 if after else 22) * len(keys), title)
+    fig.update_layout(showlegend=bool(after))
+    return fig
 
 
 _NO_FUSION = {
