@@ -334,38 +334,66 @@ def tokenizers_page(text, model_names) -> str:
 
 # -- compare tab ----------------------------------------------------------------------------------------------
 @gpu
-def compare_stream(prompt, methods, model_names, max_new_tokens, request: gr.Request, progress=gr.Progress()):
+def compare_stream(prompt, methods, model_names, max_new_tokens, request: gr.Request, progress=gr.Progress(),
+                   settings_values: dict | None = None, drafter=None):
+    """Run 2-4 methods one after another on one prompt with the Run tab's engine settings (``settings_values``)
+    and this tab's token budget; the cards, table and chart grow as each finishes, a status line says which
+    runs now and how far it is."""
     try:
         clean_prompt(prompt)
         methods = [m for m in (methods or []) if m in METHODS]
         if not 2 <= len(methods) <= 4:
             raise InputError("Pick two to four methods to compare.")
         names = _models(model_names)
-        for method in methods:
-            Settings(max_new_tokens=int(max_new_tokens)).validate(method, names)
+        bases = [split_runtime(n)[0] for n in names]
+        extra = {"max_new_tokens": int(max_new_tokens), "drafter": drafter if drafter in bases else None}
+        settings = {m: settings_from_controls(settings_values or {}, **extra) for m in methods}
+        for method, config in settings.items():
+            config.validate(method, bases)
         models = load_models(names, progress)
-    except EnsembleError as exc:
-        yield CompareView(visual.error_html(str(exc)))
+    except (EnsembleError, ValueError, TypeError) as exc:
+        yield CompareView(visual.error_html(str(exc)), cmp_status=visual.status_html(f"⚠️ {exc}"))
         return
-    cancel = SESSIONS.get(_session(request))["cancel"]
+    session = SESSIONS.get(_session(request))
+    cancel = session["cancel"]
     cancel.clear()
     traces: dict[str, RunTrace] = {}
-    for method in methods:
-        job = EnsembleRun(models, prompt, method, Settings(max_new_tokens=int(max_new_tokens)), cancel=cancel, backend=_backend_for(models))
+    session["compare"] = traces  # what a click on a card's token inspects
+    view = CompareView(cmp_html=None)
+    for i, method in enumerate(methods, start=1):
+        job = EnsembleRun(models, prompt, method, settings[method], cancel=cancel, backend=_backend_for(models))
+        running = f"Running {method} ({i} of {len(methods)}) on {', '.join(job.trace.models)}"
+        yield view._replace(cmp_status=visual.status_html(running + "…"))
+        last = time.perf_counter()
         try:
-            for _ in job.events():
-                pass
+            for event in job.events():
+                if isinstance(event, TokenEvent) and time.perf_counter() - last > 1.0:
+                    last = time.perf_counter()
+                    yield view._replace(cmp_status=visual.status_html(f"{running}: {len(job.trace.tokens)} tokens so far…"))
         except Exception as exc:  # noqa: BLE001 - show the failure, keep the other methods
-            yield CompareView(visual.error_html(f"{method} failed: {exc}"))
+            yield view._replace(cmp_view=visual.error_html(f"{method} failed: {exc}"), cmp_status=visual.status_html(f"⚠️ {method} failed"))
             return
         traces[method] = job.trace
         view = CompareView(visual.compare_html(traces), visual.compare_frame(traces), visual.compare_figure(traces))
         if cancel.is_set() or len(traces) == len(methods):
             page = Path(tempfile.mkdtemp(prefix="ensemble-lens-")) / f"compare-{'-'.join(traces)}.html"
             page.write_text(visual.compare_document(traces), encoding="utf-8")
-            yield view._replace(cmp_html=str(page))
+            done = "Stopped" if cancel.is_set() else "Done"
+            yield view._replace(cmp_html=str(page), cmp_status=visual.status_html(
+                f"{done}: {', '.join(traces)}. Click any token in a card to see why."))
             return
         yield view
+
+
+def inspect_compared(request: gr.Request, evt: gr.EventData):
+    """The explanation of a token clicked in a Compare card (the card's run, ``data-run``)."""
+    traces = SESSIONS.get(_session(request)).get("compare") or {}
+    data = getattr(evt, "_data", None) or {}
+    trace, index = traces.get(data.get("run")), data.get("index")
+    if trace is None or not isinstance(index, int) or not 0 <= index < len(trace.tokens):
+        return '<p class="el-muted">Compare runs, then click a token in a card.</p>'
+    return (f'<p><b>{visual.safe(visual.compare_label(trace))}</b></p>' + visual.explain(trace, index)
+            + visual.tokenization_html(trace, index))
 
 
 # -- trace tab ------------------------------------------------------------------------------------------------
@@ -611,14 +639,20 @@ def wire_other_tabs(opened, run: tabs.RunTab, tok: tabs.TokenizerTab, cmp: tabs.
     tok.tok_ws.change(on_tokenize, inputs=tok_inputs, outputs=outputs(tok, TokenizerView), concurrency_id="tokenize",
                       api_visibility="private")
 
-    def on_compare(prompt, methods, model_names, max_new_tokens, request: gr.Request, progress=gr.Progress()):
+    controls = list(run.controls)
+
+    def on_compare(request: gr.Request, progress=gr.Progress(), *values):
+        prompt, methods, model_names, max_new_tokens, drafter, *settings = values
+        chosen = dict(zip(controls, settings, strict=True))
         with busy(request):
-            for view in compare_stream(prompt, methods, model_names, max_new_tokens, request, progress):
+            for view in compare_stream(prompt, methods, model_names, max_new_tokens, request, progress, chosen, drafter):
                 yield updates(cmp, view)
 
-    cmp.cmp_button.click(on_compare, inputs=[cmp.cmp_prompt, cmp.cmp_methods, cmp.cmp_models, cmp.cmp_tokens],
+    cmp.cmp_button.click(on_compare, inputs=[cmp.cmp_prompt, cmp.cmp_methods, cmp.cmp_models, cmp.cmp_tokens, run.drafter,
+                                             *run.controls.values()],
                          outputs=outputs(cmp, CompareView), concurrency_id="engine", api_visibility="private")
-    cmp.cmp_stop.click(stop_run, outputs=[run.status], queue=False, api_visibility="private")
+    cmp.cmp_view.click(inspect_compared, outputs=[cmp.cmp_inspect], concurrency_limit=None, api_visibility="private")
+    cmp.cmp_stop.click(stop_run, outputs=[cmp.cmp_status], queue=False, api_visibility="private")
 
     def on_export(request: gr.Request):
         return updates(trace, export_trace(request))

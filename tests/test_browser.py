@@ -188,9 +188,16 @@ def test_compare_tab_runs_methods_side_by_side(page):
     page.locator("#cmp-tokens input[type=number]").fill("12")
     page.locator("#cmp-tokens input[type=number]").press("Enter")
     page.locator("#cmp-button").click()
+    page.wait_for_function("() => /Running (unite|safe) \\(\\d of 2\\)/.test(document.querySelector('#cmp-status')?.innerText || '')")
     page.wait_for_function("() => document.querySelectorAll('#cmp-view .el-compare-card').length >= 2", timeout=300_000)
     page.wait_for_selector("#cmp-plot .js-plotly-plot")
     assert "safe" in page.locator("#cmp-table").inner_text().lower()
+    page.wait_for_function("() => (document.querySelector('#cmp-status')?.innerText || '').startsWith('Done')")
+    cards = page.locator("#cmp-view .el-compare-card")
+    assert cards.nth(0).get_attribute("data-run") == "unite"
+    cards.nth(1).locator(".el-tok").first.click()  # a card's token opens the same inspector
+    page.wait_for_function("() => (document.querySelector('#cmp-inspect')?.innerText || '').includes('token #0')")
+    assert page.locator("#cmp-inspect").inner_text().startswith("safe")
     page.locator("#cmp-html a").first.wait_for()  # the finished comparison as one offline page
     assert page.locator("#cmp-html").inner_text().strip().endswith(".html") or "compare-" in page.locator("#cmp-html").inner_text()
     shot(page, "compare")

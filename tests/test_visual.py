@@ -968,3 +968,15 @@ def test_standalone_pages_keep_model_output_inert():
     page = visual.run_document(trace)
     data = _json.loads(re.search(r'<script type="application/json" id="el-data">(.*?)</script>', page, re.S).group(1))
     assert set(data) == {str(t.index) for t in trace.tokens} and all("<script" not in v for v in data.values())
+
+
+def test_compare_cards_name_a_single_model_and_mark_where_the_runs_part():
+    single, unite = load("single"), load("unite")
+    html = visual.compare_html({"single": single, "unite": unite})
+    assert f"<h4>single ({single.models[0]})</h4>" in html and 'data-run="unite"' in html
+    at = visual.first_divergence([single.text, unite.text])
+    assert at is not None and single.text[:at] == unite.text[:at] and single.text[at:at + 1] != unite.text[at:at + 1]
+    assert html.count('class="el-fork-split"') == 2 and f"agree on their first {at} character" in html
+    same = visual.compare_html({"a": single, "b": single})
+    assert "el-fork-split" not in same and "Every run wrote the same text" in same
+    assert visual.first_divergence(["ab", "ab"]) is None and visual.first_divergence(["ab", "abc"]) == 2

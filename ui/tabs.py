@@ -66,6 +66,18 @@ element.addEventListener('click', (event) => {
 });
 """
 
+# A token clicked in a Compare card: its index and the card's run (``data-run``), for the inspector.
+COMPARE_JS = """
+element.addEventListener('click', (event) => {
+  const token = event.target.closest('[data-i]');
+  const card = event.target.closest('[data-run]');
+  if (!token || !card) return;
+  element.querySelectorAll('.el-selected').forEach((t) => t.classList.remove('el-selected'));
+  token.classList.add('el-selected');
+  trigger('click', {index: parseInt(token.dataset.i, 10), run: card.dataset.run});
+});
+"""
+
 
 @dataclass
 class RunTab:
@@ -212,6 +224,8 @@ class CompareTab:
     cmp_table: gr.Dataframe
     cmp_plot: gr.Plot
     cmp_html: gr.File
+    cmp_status: gr.HTML
+    cmp_inspect: gr.HTML
 
 
 def build_compare_tab(model_choices: list[str], default_models: list[str]) -> CompareTab:
@@ -224,11 +238,15 @@ def build_compare_tab(model_choices: list[str], default_models: list[str]) -> Co
             with gr.Row():
                 cmp_button = gr.Button("Compare", variant="primary", elem_id="cmp-button")
                 cmp_stop = gr.Button("Stop", variant="stop", elem_id="cmp-stop")
-    cmp_view = gr.HTML(elem_id="cmp-view")
+    gr.Markdown("Uses the Run tab's engine settings and SAFE drafter, with this tab's token budget.", elem_classes=["el-muted"])
+    cmp_status = gr.HTML(elem_id="cmp-status")
+    cmp_view = gr.HTML(elem_id="cmp-view", js_on_load=COMPARE_JS)
+    cmp_inspect = gr.HTML('<p class="el-muted">Click a token in a card to see why.</p>', elem_id="cmp-inspect")
     cmp_table = gr.Dataframe(label="Stats", elem_id="cmp-table")
     cmp_plot = gr.Plot(label="Latency and E/T", elem_id="cmp-plot")
     cmp_html = gr.File(label="This comparison as one page (HTML, opens offline)", elem_id="cmp-html")
-    return CompareTab(cmp_prompt, cmp_methods, cmp_models, cmp_tokens, cmp_button, cmp_stop, cmp_view, cmp_table, cmp_plot, cmp_html)
+    return CompareTab(cmp_prompt, cmp_methods, cmp_models, cmp_tokens, cmp_button, cmp_stop, cmp_view, cmp_table, cmp_plot, cmp_html,
+                      cmp_status, cmp_inspect)
 
 
 @dataclass

@@ -67,6 +67,7 @@ class CompareView(NamedTuple):
     cmp_table: Any = None
     cmp_plot: Any = None
     cmp_html: Any = None  # the finished comparison as one self-contained page
+    cmp_status: Any = KEEP  # which method runs now, and how far it is
 
 
 class ExportView(NamedTuple):

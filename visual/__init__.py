@@ -14,7 +14,7 @@ from .report import results_figures, results_html, write_report
 from .specem import rounds_html, score_heatmap, weights_figure, weights_note
 from .splits import tokenization_html
 from .stats import compare_figure, compare_frame, stats_frame, stats_html, token_frame, tokens_csv
-from .strip import StripBuilder, compare_html, kept_html, strip_html, token_groups
+from .strip import StripBuilder, compare_html, compare_label, first_divergence, kept_html, strip_html, token_groups
 from .style import CSS, DECISION_LABELS, legend_html
 from .tokenizers import MISMATCH_EXPLAINER, tokenizer_counts_frame, tokenizers_html
 
@@ -28,10 +28,12 @@ __all__ = [
     "compare_figure",
     "compare_frame",
     "compare_html",
+    "compare_label",
     "error_html",
     "escape",
     "explain",
     "explain_text",
+    "first_divergence",
     "fork_document",
     "fork_html",
     "forks",

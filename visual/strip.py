@@ -159,14 +159,47 @@ def strip_html(trace: RunTrace, show_whitespace: bool = True) -> str:
     return kept_html(trace, show_whitespace) + StripBuilder(trace.method, trace.models, show_whitespace).add(trace.tokens, trace.text)
 
 
+def first_divergence(texts: list[str]) -> int | None:
+    """The first character where the texts are not all equal (None when they are, or there is one)."""
+    if len(texts) < 2 or all(t == texts[0] for t in texts):
+        return None
+    n = 0
+    while all(n < len(t) for t in texts) and len({t[n] for t in texts}) == 1:
+        n += 1
+    return n
+
+
+def compare_label(trace: RunTrace) -> str:
+    """How a comparison names a run: its method, and for a single model which one."""
+    return f"single ({trace.models[0]})" if trace.method == "single" and trace.models else trace.method
+
+
+def _strip_marked(trace: RunTrace, at: int | None) -> str:
+    """The strip with a bar before the token that holds character ``at`` (where the runs part)."""
+    if at is None:
+        return strip_html(trace)
+    builder = StripBuilder(trace.method, trace.models)
+    before = [t for t in trace.tokens if t.end <= at]
+    after = trace.tokens[len(before):]
+    mark = '<span class="el-fork-split" title="the first character where the runs differ"></span>'
+    return kept_html(trace) + builder.add(before, trace.text) + mark + builder.add(after, trace.text)
+
+
 def compare_html(traces: dict[str, RunTrace]) -> str:
-    """The Compare tab's cards: per run its label, warnings, legend and strip, side by side."""
+    """The Compare tab's cards: per run its label (a single model named), warnings, legend and strip, side by
+    side, the first character where the runs differ marked in every strip. Each card carries ``data-run`` (its
+    key in ``traces``) so a click on a token can name the run."""
+    at = first_divergence([t.text for t in traces.values()])
+    note = ("" if at is None or len(traces) < 2 else
+            f'<p class="el-muted">The runs agree on their first {at} character(s); the bar marks where they part.</p>')
+    if at is None and len(traces) > 1:
+        note = '<p class="el-muted">Every run wrote the same text.</p>'
     cards = []
-    for label, trace in traces.items():
+    for key, trace in traces.items():
         cards.append(
-            f'<div class="el-compare-card"><h4>{safe(label)}</h4>'
+            f'<div class="el-compare-card" data-run="{safe(key)}"><h4>{safe(compare_label(trace))}</h4>'
             + (f'<p class="el-warning">{safe(" · ".join(trace.warnings))}</p>' if trace.warnings else "")
             + f"{legend_html(trace.method, trace.models)}"
-            + f'<div class="el-strip">{strip_html(trace)}</div></div>'
+            + f'<div class="el-strip">{_strip_marked(trace, at)}</div></div>'
         )
-    return f'<div class="el-compare">{"".join(cards)}</div>'
+    return f'{note}<div class="el-compare">{"".join(cards)}</div>'
