@@ -541,6 +541,8 @@ def build_app() -> gr.Blocks:
     models, defaults = MODEL_CHOICES, list(DEFAULT_MODELS)
     with gr.Blocks(title="Ensemble Lens") as demo:
         gr.Markdown(INTRO)
+        projector = gr.Checkbox(False, label="Projector mode: large text", elem_id="projector", container=False)
+        projector.change(None, inputs=[projector], js=tabs.PROJECTOR_JS)
         with gr.Tabs() as tab_box:
             with gr.Tab("Run", id="run"):
                 run = tabs.build_run_tab(models, defaults, RUNTIME_CHOICES, RUNTIME)

@@ -552,3 +552,30 @@ def test_a_fused_token_shows_paired_before_after_bars(page):
     assert not page.locator("#charts-hint").inner_text().strip()  # a fused token needs no excuse
     page.locator("#fusion-plot").scroll_into_view_if_needed()
     shot(page, "fusion")
+
+
+@pytest.mark.parametrize(("size", "theme"), [((390, 844), "dark"), ((1024, 768), "light"), ((1366, 900), "dark")])
+def test_layouts_fit_phones_projectors_and_desktops(browser, app_url, size, theme):
+    """The first view at a phone's, a projector's and a laptop's size, light and dark: nothing pushes the page
+    sideways, the projector switch makes the strip readable from the back of a room."""
+    context = browser.new_context(viewport={"width": size[0], "height": size[1]})
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    page.goto(app_url + f"?__theme={theme}")
+    page.wait_for_function("() => (document.querySelector('#status')?.innerText || '').includes('recorded run')")
+    assert page.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth + 1"), "the page scrolls sideways"
+    if theme == "dark":
+        colour = page.evaluate("() => getComputedStyle(document.querySelector('#strip .el-tok')).color")
+        r, g, b = (int(x) for x in colour[colour.index("(") + 1:colour.index(")")].split(",")[:3])
+        assert (r + g + b) / 3 > 150, colour  # light text on the dark theme
+    page.locator("#strip .el-tok.oov_blocked").first.click()
+    page.wait_for_function("() => (document.querySelector('#explanation')?.innerText || '').includes('gemma3')")
+    assert page.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth + 1")
+    font = lambda: page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('#strip .el-strip, #strip')).fontSize)")  # noqa: E731
+    small = font()
+    page.locator("#projector input").check()
+    page.wait_for_function("() => document.querySelector('.gradio-container').classList.contains('el-large')")
+    assert font() >= 28 > small
+    page.locator("#strip").scroll_into_view_if_needed()
+    shot(page, f"layout-{size[0]}x{size[1]}-{theme}")
+    context.close()

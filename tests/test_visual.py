@@ -940,6 +940,12 @@ def test_model_rows_and_chart_marks_do_not_wear_decision_colours():
     for t in trace.tokens:
         rows = visual.tokenization_html(trace, t.index)
         assert "model-" not in rows  # the tokenization rows name their model; their boxes are neutral
+    aligned = visual.tokenizers_html({"text": "Sofia", "models": {
+        "a": {"tokens": [{"text": "S", "start": 0, "end": 1}, {"text": "ofia", "start": 1, "end": 5}], "count": 2, "missing": []},
+        "b": {"tokens": [{"text": "Sofia", "start": 0, "end": 5}], "count": 1, "missing": [1]}},
+        "shared_boundaries": [0, 5], "all_boundaries": [0, 1, 5], "agreement": 66.7})
+    assert "Sofia" in aligned.replace("</span>", "") or "ofia" in aligned
+    assert "model-" not in aligned
 
 
 def test_specem_rounds_fold_and_explain_reward_and_weight():

@@ -47,6 +47,11 @@ CHARTS_HINT = '<p class="el-muted">Click a token: each model\'s top choices and 
 SCROLL_TO_STRIP_JS = "() => { document.getElementById('status')?.scrollIntoView({behavior: 'smooth', block: 'start'}); }"
 """Run (button or Enter) brings the status line and the strip below it into view (on a short screen they start
 below the fold)."""
+PROJECTOR_JS = """(on) => {
+  (document.querySelector('.gradio-container') || document.body).classList.toggle('el-large', on);
+  return on;
+}"""
+"""The large-text switch: ``el-large`` on the app's container (Gradio scopes the app's CSS inside it)."""
 TOKENIZER_EXAMPLES = [
     ["Sofia went to Plovdiv in 1999."],
     ["3.14159 × 2 = 6.28318; 1,000,000 and 0.5%"],

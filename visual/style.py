@@ -99,7 +99,7 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
 .el-key { font-family: var(--el-mono); background: var(--el-faint); border-radius: 3px; padding: 0 3px;
   white-space: pre-wrap; }
 .el-grid-wrap { overflow-x: auto; padding-bottom: 4px; }
-.el-grid-block { display: grid; row-gap: 3px; column-gap: 3px; margin: 0 0 10px 0; font-family: var(--el-mono);
+.el-grid-block { display: grid; row-gap: 3px; column-gap: 7px; margin: 0 0 10px 0; font-family: var(--el-mono);
   font-size: 14px; line-height: 1.6; width: max-content; }
 .el-grid-label { grid-column: 1; padding-right: 10px; font-size: 12px; opacity: 0.8; white-space: nowrap;
   align-self: center; }
@@ -111,12 +111,12 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
 .el-box.bytes { text-decoration: underline wavy var(--el-line); }
 .el-box.el-current { outline: 2px solid currentColor; outline-offset: -1px; }
 .el-box.incomplete { background-image: repeating-linear-gradient(135deg, transparent 0 4px, var(--el-faint) 4px 8px); }
-/* Edges sit in the middle of the 3px column gap after the segment they close. */
-.el-edge { pointer-events: none; justify-self: end; width: 2px; margin-right: -2.5px; z-index: 1; }
-.el-edge.shared { background: var(--el-shared); opacity: 0.6; width: 1px; margin-right: -2px; }
+/* Edges sit in the middle of the 7px column gap after the segment they close: a gutter, never through a glyph. */
+.el-edge { pointer-events: none; justify-self: end; width: 2px; margin-right: -4.5px; z-index: 1; }
+.el-edge.shared { background: var(--el-shared); opacity: 0.6; width: 1px; margin-right: -4px; }
 .el-edge.missing { background: repeating-linear-gradient(to bottom, var(--el-missing) 0 4px, transparent 4px 7px); }
-.el-edge.decision { background: var(--el-decision); width: 3px; margin-right: -3px; }
-.el-edge.start { justify-self: start; margin-right: 0; margin-left: -3px; }
+.el-edge.decision { background: var(--el-decision); width: 3px; margin-right: -5px; }
+.el-edge.start { justify-self: start; margin-right: 0; margin-left: -5px; }
 .el-grid-key { font-size: 12px; opacity: 0.85; margin: 4px 0; }
 .el-grid-key .el-edge-sample { display: inline-block; width: 3px; height: 1em; vertical-align: middle; margin: 0 4px 0 10px; }
 .el-edge-sample.shared { background: var(--el-shared); }
@@ -145,6 +145,19 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
 .el-compare { display: grid; grid-template-columns: repeat(auto-fit, minmax(280px, 1fr)); gap: 10px; }
 .el-compare-card { border: 1px solid var(--el-line); border-radius: 6px; padding: 6px 10px; min-width: 0; }
 .el-compare-card h4 { margin: 2px 0 4px; }
+/* Projector mode (the app's large-text switch puts el-large on its container): read from the back of a room.
+   Gradio scopes these rules inside its container, where the base rules weigh more: hence !important. */
+.el-large .el-strip { font-size: 30px !important; line-height: 2.1 !important; }
+.el-large .el-grid-block { font-size: 22px !important; }
+.el-large .el-explain, .el-large .el-legend, .el-large .el-fork-side { font-size: 20px !important; }
+.el-large .el-swatch, .el-large .el-grid-label, .el-large .el-grid-key { font-size: 16px !important; }
+/* Phones: wide tables and grids scroll sideways inside their box, with a fading edge as the cue. */
+@media (max-width: 600px) {
+  .el-strip { font-size: 16px; }
+  .el-table, .el-grid-wrap { display: block; overflow-x: auto; max-width: 100%;
+    background: linear-gradient(to left, var(--el-faint), transparent 24px) right / 24px 100% no-repeat local; }
+  .el-cand { grid-template-columns: 1fr; }
+}
 .el-kept { white-space: pre-wrap; opacity: 0.6; border-bottom: 2px dotted var(--el-line); }
 .el-fork { display: grid; grid-template-columns: repeat(auto-fit, minmax(280px, 1fr)); gap: 10px; margin-top: 6px; }
 .el-fork-side { border: 1px solid var(--el-line); border-radius: 6px; padding: 6px 10px; min-width: 0;

@@ -10,7 +10,6 @@ import pandas as pd
 from . import records as rd
 from .aligned import Box, Row, grid_html, key_html
 from .escape import safe
-from .style import swatch
 
 MAX_CHARS = 4000  # longer texts are drawn up to a cut near here (the counts still cover all of it)
 
@@ -81,11 +80,11 @@ def tokenizers_html(comparison: dict, show_whitespace: bool = True) -> str:
     agreement = rd.number(comparison.get("agreement"))
     names = list(models)
     chips = []
-    for i, (name, info) in enumerate(models.items()):
+    for name, info in models.items():
         count = info.get("count")
         missing = info.get("missing")
         lacks = f", lacks {len(missing)} boundar{'y' if len(missing) == 1 else 'ies'}" if isinstance(missing, list) and missing else ""
-        chips.append(f"<span>{swatch(f'model-{i}')} <b>{safe(name)}</b> {safe(count)} tokens{safe(lacks)}</span>")
+        chips.append(f"<span><b>{safe(name)}</b> {safe(count)} tokens{safe(lacks)}</span>")  # models: named, not coloured
     header = (
         '<div class="el-header">'
         + (f'<span class="el-big">{agreement:.1f}%</span><span>of boundaries shared</span>' if agreement is not None else "")
@@ -97,7 +96,7 @@ def tokenizers_html(comparison: dict, show_whitespace: bool = True) -> str:
     cut = _draw_until(comparison, text)
     if cut < len(text):
         notes += f'<p class="el-muted">Showing the first {cut:,} of {len(text):,} characters; the counts cover the whole text.</p>'
-    rows = [Row(name, _boxes(_tokens(models[name], len(text)), cut, f"model-{i}"), f"{name}'s tokenization") for i, name in enumerate(names)]
+    rows = [Row(name, _boxes(_tokens(models[name], len(text)), cut, ""), f"{name}'s tokenization") for name in names]
     grid = grid_html(text, 0, cut, rows, show_whitespace=show_whitespace, axis_label="text")
     return f'<div class="el-tokenizers">{header}{notes}{grid}{key_html()}</div>'
 
