@@ -986,3 +986,13 @@ def test_compare_cards_name_a_single_model_and_mark_where_the_runs_part():
     same = visual.compare_html({"a": single, "b": single})
     assert "el-fork-split" not in same and "Every run wrote the same text" in same
     assert visual.first_divergence(["ab", "ab"]) is None and visual.first_divergence(["ab", "abc"]) == 2
+
+
+def test_a_replaced_token_shows_its_whole_discarded_draft():
+    math = load("safe_math")
+    record = next(t for t in math.tokens if t.decision == "ensembled_replaced")
+    rnd = math.rounds[record.round]
+    draft = rnd.candidates[0]["text"]
+    html = visual.explain(math, record.index).replace('<span class="ws">·</span>', " ")
+    assert visual.escape.safe(draft) in html and "discarded" in html and "drafter alone" in html
+    assert visual.escape.safe(draft[record.start - rnd.start:]) in html

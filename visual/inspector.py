@@ -278,6 +278,20 @@ def _explain_blocked(record: TokenRecord, trace: RunTrace) -> list[str]:
     return sentences
 
 
+def _discarded(record: TokenRecord, trace: RunTrace) -> str:
+    """The whole draft of a replaced token's round and the part of it thrown away, and where to see what the
+    drafter alone would have written (a fork)."""
+    rnd = trace.rounds[record.round] if isinstance(record.round, int) and 0 <= record.round < len(trace.rounds) else None
+    cands = [c for c in (rnd.candidates if rnd is not None else []) if isinstance(c, dict)]
+    text = rd.text(cands[0].get("text")) if cands else None
+    if rnd is None or not text:
+        return ""
+    cut = max(0, min(len(text), record.start - int(rnd.start)))
+    return (f" The drafter's whole draft for this round was {_k(text)}; from this token on, {_k(text[cut:])} was "
+            "discarded. To see what the drafter alone would have written from here, fork from this token with the "
+            "drafter alone (What if? below).")
+
+
 def _explain_ensembled(record: TokenRecord, trace: RunTrace) -> list[str]:
     d, fusion = record.details, record.fusion
     method = _fusion_name(record, trace)
@@ -306,7 +320,7 @@ def _explain_ensembled(record: TokenRecord, trace: RunTrace) -> list[str]:
         verdict = (
             f"The fused choice {choice} differs from the draft {draft}, so it replaced the draft token; the rest of the "
             "draft was discarded and a new round started."
-        )
+        ) + _discarded(record, trace)
         if fusion.draft in rd.END_TEXTS:
             verdict += " (The drafter wanted to stop here; the ensemble went on.)"
     completion = _completion(record)
