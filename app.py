@@ -589,7 +589,9 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
     def on_click(request: gr.Request, evt: gr.EventData):
         return updates(run, inspect(request, evt))
 
-    run.strip.click(on_click, outputs=outputs(run, InspectView), concurrency_limit=None, api_visibility="private")
+    # always_last: quick clicks (or ←/→ held down) end on the last token's explanation, never a stale one
+    run.strip.click(on_click, outputs=outputs(run, InspectView), concurrency_limit=None, api_visibility="private",
+                    trigger_mode="always_last")
     run.round_slider.change(show_round, inputs=[run.round_slider], outputs=[run.heatmap], api_visibility="private")
     run.model_box.change(update_drafter, inputs=[run.model_box], outputs=[run.drafter], api_visibility="private")
     run.method.change(lambda method: gr.update(visible=method == "safe"), inputs=[run.method], outputs=[run.drafter],
@@ -653,7 +655,8 @@ def wire_other_tabs(opened, run: tabs.RunTab, tok: tabs.TokenizerTab, cmp: tabs.
     cmp.cmp_button.click(on_compare, inputs=[cmp.cmp_prompt, cmp.cmp_methods, cmp.cmp_models, cmp.cmp_tokens, run.drafter,
                                              *run.controls.values()],
                          outputs=outputs(cmp, CompareView), concurrency_id="engine", api_visibility="private")
-    cmp.cmp_view.click(inspect_compared, outputs=[cmp.cmp_inspect], concurrency_limit=None, api_visibility="private")
+    cmp.cmp_view.click(inspect_compared, outputs=[cmp.cmp_inspect], concurrency_limit=None, api_visibility="private",
+                       trigger_mode="always_last")
     cmp.cmp_stop.click(stop_run, outputs=[cmp.cmp_status], queue=False, api_visibility="private")
 
     def on_export(request: gr.Request):
