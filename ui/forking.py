@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import visual
 from ensemble.errors import EnsembleError
-from ensemble.fork import compare_continuations, fork_point, fork_settings, member_names, start_fork
+from ensemble.fork import compare_continuations, fork_method, fork_point, fork_settings, member_names, start_fork
 from ensemble.methods import TokenEvent
 from ensemble.trace import RunTrace, unique_labels
 
@@ -34,7 +34,7 @@ def fork_stream(trace: RunTrace | None, at, method: str, load: Callable[[list[st
         at, _ = fork_point(trace, int(at))
         names = member_names(trace, method)
         settings = fork_settings(trace, method, at)
-        settings.validate("single" if method == "drafter" else method, unique_labels(names))
+        settings.validate(fork_method(trace, method)[0], unique_labels(names))
         yield ForkView(visual.status_html(f"Loading {', '.join(names)}…"))
         models = load(names)
         job = start_fork(models, trace, at, method, settings, cancel=cancel, backend=backend_for(models))

@@ -9,7 +9,8 @@ from .charts import charts_note, fusion_figure, topk_figure
 from .escape import error_html, safe, status_html, whitespace
 from .export import compare_document, fork_document, run_document, tokenizers_document
 from .forks import fork_html
-from .inspector import explain, explain_text, inspector_json
+from .inspector import explain, inspector_json
+from .plaintext import explain_text
 from .report import results_figures, results_html, write_report
 from .specem import rounds_html, score_heatmap, weights_figure, weights_note
 from .splits import tokenization_html

@@ -32,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_fork(args) -> int:
-    from ..fork import fork_point, fork_settings, run_fork
+    from ..fork import fork_method, fork_point, fork_settings, run_fork
     from ..models import ModelPool, resolve
     from ..trace import RunTrace, unique_labels
 
@@ -40,7 +40,7 @@ def cmd_fork(args) -> int:
     at, _ = fork_point(trace, args.at)
     settings = fork_settings(trace, args.method, at, max_new_tokens=args.max_new_tokens)
     names = member_names(trace, args.method)
-    method = "single" if args.method == DRAFTER_ALONE else args.method
+    method, _ = fork_method(trace, args.method)
     settings.validate(method, unique_labels(names))  # the run names a second copy qwen#2, as the trace did
     for name in names:
         resolve(name)
