@@ -73,6 +73,22 @@ class Sessions:
                 self._data.popitem(last=False)
             return entry
 
+    def latest_click(self, key: str, target: str, seq, **store) -> bool:
+        """Whether click ``seq`` on ``target`` is the newest one this session has seen (and, if so, records it and
+        ``store``). Gradio replays a deferred event with its *first* event data and runs parallel clicks in any order,
+        so the strip numbers its clicks and a handler drops its answer when a newer click has come in meanwhile."""
+        with self._lock:
+            entry = self._data.get(key)
+            if entry is None:
+                return True
+            seen = entry.setdefault("clicks", {})
+            if isinstance(seq, int) and seq < seen.get(target, -1):
+                return False
+            if isinstance(seq, int):
+                seen[target] = seq
+            entry.update(store)
+            return True
+
     def trace(self, key: str) -> RunTrace | None:
         entry = self.get(key)
         if entry["job"] is not None:
@@ -85,6 +101,12 @@ SESSIONS = Sessions()
 
 def _session(request: gr.Request | None) -> str:
     return getattr(request, "session_hash", None) or "local"
+
+
+def _click_data(evt) -> dict:
+    """What a custom HTML click passed to ``trigger('click', {...})``."""
+    data = getattr(evt, "_data", None)
+    return data if isinstance(data, dict) else {}
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------
@@ -242,7 +264,6 @@ def inspect(request: gr.Request, evt: gr.EventData) -> InspectView:
     index = getattr(evt, "index", None)  # what the strip's click handler passed to trigger('click', {index})
     if trace is None or not isinstance(index, int) or not 0 <= index < len(trace.tokens):
         return InspectView(explanation="<p>Run the ensemble or load a trace, then click a token.</p>")
-    SESSIONS.get(_session(request))["selected"] = (trace, index)  # where "Fork from the selected token" forks
     topk, fused = visual.topk_figure(trace, index), visual.fusion_figure(trace, index)
     return InspectView(
         explanation=visual.explain(trace, index),
@@ -252,6 +273,19 @@ def inspect(request: gr.Request, evt: gr.EventData) -> InspectView:
         fusion_plot=gr.update(value=fused, visible=fused is not None),
         record_json=visual.inspector_json(trace, index),
     )
+
+
+def inspect_latest(request: gr.Request, evt: gr.EventData) -> InspectView | None:
+    """``inspect`` for a strip click, or None where a newer click of this session has overtaken it (its answer would
+    be stale). Only the newest click's token becomes the selected one, where "Fork from the selected token" forks."""
+    key, seq, index = _session(request), _click_data(evt).get("seq"), getattr(evt, "index", None)
+    if not SESSIONS.latest_click(key, "strip", seq):
+        return None
+    view, trace = inspect(request, evt), SESSIONS.trace(key)
+    valid = trace is not None and isinstance(index, int) and 0 <= index < len(trace.tokens)
+    if not SESSIONS.latest_click(key, "strip", seq, selected=(trace, index) if valid else None):
+        return None
+    return view
 
 
 def fork_selected(method, runtime, request: gr.Request):
@@ -388,7 +422,7 @@ def compare_stream(prompt, methods, model_names, max_new_tokens, request: gr.Req
 def inspect_compared(request: gr.Request, evt: gr.EventData):
     """The explanation of a token clicked in a Compare card (the card's run, ``data-run``)."""
     traces = SESSIONS.get(_session(request)).get("compare") or {}
-    data = getattr(evt, "_data", None) or {}
+    data = _click_data(evt)
     trace, index = traces.get(data.get("run")), data.get("index")
     if trace is None or not isinstance(index, int) or not 0 <= index < len(trace.tokens):
         return '<p class="el-muted">Compare runs, then click a token in a card.</p>'
@@ -587,11 +621,13 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
     run.stop_button.click(stop_run, outputs=[run.status], queue=False, api_visibility="private")
 
     def on_click(request: gr.Request, evt: gr.EventData):
-        return updates(run, inspect(request, evt))
+        view = inspect_latest(request, evt)
+        return {c: gr.skip() for c in outputs(run, InspectView)} if view is None else updates(run, view)
 
-    # always_last: quick clicks (or ←/→ held down) end on the last token's explanation, never a stale one
+    # every click runs (quick clicks or ←/→ held down); an answer overtaken by a newer click is dropped, so the
+    # explanation always ends on the last token clicked (Gradio's always_last would replay the first click's data)
     run.strip.click(on_click, outputs=outputs(run, InspectView), concurrency_limit=None, api_visibility="private",
-                    trigger_mode="always_last")
+                    trigger_mode="multiple")
     run.round_slider.change(show_round, inputs=[run.round_slider], outputs=[run.heatmap], api_visibility="private")
     run.model_box.change(update_drafter, inputs=[run.model_box], outputs=[run.drafter], api_visibility="private")
     run.method.change(lambda method: gr.update(visible=method == "safe"), inputs=[run.method], outputs=[run.drafter],
@@ -655,8 +691,15 @@ def wire_other_tabs(opened, run: tabs.RunTab, tok: tabs.TokenizerTab, cmp: tabs.
     cmp.cmp_button.click(on_compare, inputs=[cmp.cmp_prompt, cmp.cmp_methods, cmp.cmp_models, cmp.cmp_tokens, run.drafter,
                                              *run.controls.values()],
                          outputs=outputs(cmp, CompareView), concurrency_id="engine", api_visibility="private")
-    cmp.cmp_view.click(inspect_compared, outputs=[cmp.cmp_inspect], concurrency_limit=None, api_visibility="private",
-                       trigger_mode="always_last")
+    def on_compare_click(request: gr.Request, evt: gr.EventData):
+        key, seq = _session(request), _click_data(evt).get("seq")
+        if not SESSIONS.latest_click(key, "compare", seq):
+            return gr.skip()
+        html = inspect_compared(request, evt)
+        return html if SESSIONS.latest_click(key, "compare", seq) else gr.skip()
+
+    cmp.cmp_view.click(on_compare_click, outputs=[cmp.cmp_inspect], concurrency_limit=None, api_visibility="private",
+                       trigger_mode="multiple")  # as the strip's clicks: the newest click's answer wins
     cmp.cmp_stop.click(stop_run, outputs=[cmp.cmp_status], queue=False, api_visibility="private")
 
     def on_export(request: gr.Request):

@@ -519,6 +519,12 @@ def test_links_restore_the_form_and_keys_step_through_tokens(page, app_url):
     page.wait_for_function("() => document.querySelector('#strip .el-selected')?.matches('.oov_blocked, .ensembled_replaced')")
     picked = page.locator("#strip .el-selected").get_attribute("data-i")
     page.wait_for_function(f"() => (document.querySelector('#explanation')?.innerText || '').includes('token #{picked}')")
+    for _ in range(5):  # quick presses: the explanation ends on the last token, not on one answered late
+        page.locator("body").press("ArrowRight")
+    last = int(picked) + 5
+    page.wait_for_function(f"() => (document.querySelector('#explanation')?.innerText || '').includes('token #{last}')")
+    page.wait_for_timeout(500)  # late answers to the earlier presses would land by now
+    assert f"token #{last}" in page.locator("#explanation").inner_text()
     page.locator("#prompt textarea").fill("What is 6 * 7? <b>bold</b> & more")
     page.locator("#method").get_by_label("UniTE").check()
     set_models(page, ["qwen", "gemma3"])

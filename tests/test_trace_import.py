@@ -228,3 +228,32 @@ def test_an_uploaded_trace_fills_only_what_the_form_can_safely_hold():
     assert form["models"] == ["gemma3", "smollm2"]
     assert form["settings"]["max_new_tokens"] == 40 and form["settings"]["sharpen"] == "geometric"
     assert "lookahead" not in form["settings"] and "fusion" not in form["settings"]
+
+
+class SeqClick:
+    def __init__(self, index, seq):
+        self.index, self._data = index, {"index": index, "seq": seq}
+
+
+def test_an_overtaken_token_click_is_dropped_and_the_newest_click_is_the_selection(tmp_path):
+    """Clicks may be answered in any order (and Gradio replays a deferred event with its first data), so a click's
+    answer is dropped once a newer click of the session has come in; the newest click's token is the one a fork
+    starts from, whatever order the answers come in."""
+    import app
+
+    class Other:
+        session_hash = "overtaken-clicks"
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(VALID["safe_math"]), encoding="utf-8")
+    app.import_trace(str(path), Other())
+    trace = app.SESSIONS.trace("overtaken-clicks")
+    assert app.inspect_latest(Other(), SeqClick(3, seq=2)) is not None
+    assert app.inspect_latest(Other(), SeqClick(1, seq=1)) is None  # the older click's answer comes too late
+    assert app.SESSIONS.get("overtaken-clicks")["selected"] == (trace, 3)
+    view = app.inspect_latest(Other(), SeqClick(5, seq=3))
+    assert view is not None and "token #5" in view.explanation
+    assert app.SESSIONS.get("overtaken-clicks")["selected"] == (trace, 5)
+    # a click that lands off the strip's tokens answers with the hint and clears the selection
+    assert "click a token" in app.inspect_latest(Other(), SeqClick(10_000, seq=4)).explanation
+    assert app.SESSIONS.get("overtaken-clicks")["selected"] is None

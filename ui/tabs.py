@@ -59,27 +59,30 @@ TOKENIZER_EXAMPLES = [
     ["我们明天去普罗夫迪夫。東京は大きい。"],
     ["def square(x):\n    return x ** 2  # tabs\tand  spaces"],
 ]
-# The strip's tokens carry data-i; a click passes that index to the Python handler (``gr.EventData.index``).
+# The strip's tokens carry data-i; a click passes that index to the Python handler (``gr.EventData.index``), and a
+# running count (``seq``) so that the handler can drop an answer a newer click has overtaken.
 STRIP_JS = """
+let seq = 0;
 element.addEventListener('click', (event) => {
   const token = event.target.closest('[data-i]');
   if (!token) return;
   element.querySelectorAll('.el-selected').forEach((t) => t.classList.remove('el-selected'));
   token.classList.add('el-selected');
   history.replaceState(null, '', location.pathname + location.search + '#t=' + token.dataset.i);  // a link to it
-  trigger('click', {index: parseInt(token.dataset.i, 10)});
+  trigger('click', {index: parseInt(token.dataset.i, 10), seq: ++seq});
 });
 """
 
 # A token clicked in a Compare card: its index and the card's run (``data-run``), for the inspector.
 COMPARE_JS = """
+let seq = 0;
 element.addEventListener('click', (event) => {
   const token = event.target.closest('[data-i]');
   const card = event.target.closest('[data-run]');
   if (!token || !card) return;
   element.querySelectorAll('.el-selected').forEach((t) => t.classList.remove('el-selected'));
   token.classList.add('el-selected');
-  trigger('click', {index: parseInt(token.dataset.i, 10), run: card.dataset.run});
+  trigger('click', {index: parseInt(token.dataset.i, 10), run: card.dataset.run, seq: ++seq});
 });
 """
 
