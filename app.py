@@ -11,9 +11,7 @@ import json
 import os
 import re
 import tempfile
-import threading
 import time
-from collections import OrderedDict
 from pathlib import Path
 
 import gradio as gr
@@ -33,6 +31,7 @@ from ensemble.trace import MAX_TRACE_BYTES, RunTrace
 from ui import links, tabs
 from ui.controls import control_values, settings_from_controls
 from ui.forking import fork_stream
+from ui.sessions import Sessions, click_data, if_newest
 from ui.views import CompareView, ExportView, ForkView, InspectView, ResultsView, RunView, TokenizerView, outputs, updates
 
 try:  # ZeroGPU on Spaces; a no-op decorator everywhere else
@@ -56,57 +55,12 @@ PRESETS_VISIBLE = DEVICE != "cpu" or os.environ.get("ENSEMBLE_LENS_PRESETS") == 
 MODEL_CHOICES = list(EMBEDDED) + (list(GPU_PRESETS) if PRESETS_VISIBLE else [])
 
 
-# -- per-session state -----------------------------------------------------------------------------------------
-class Sessions:
-    """The latest run (live or uploaded) and the stop flag of each browser session, bounded in number."""
-
-    def __init__(self, limit: int = 128):
-        self._data: OrderedDict[str, dict] = OrderedDict()
-        self._lock = threading.Lock()
-        self.limit = limit
-
-    def get(self, key: str) -> dict:
-        with self._lock:
-            entry = self._data.pop(key, None) or {"job": None, "trace": None, "cancel": threading.Event(), "busy": 0}
-            self._data[key] = entry
-            while len(self._data) > self.limit:
-                self._data.popitem(last=False)
-            return entry
-
-    def latest_click(self, key: str, target: str, seq, **store) -> bool:
-        """Whether click ``seq`` on ``target`` is the newest one this session has seen (and, if so, records it and
-        ``store``). Gradio replays a deferred event with its *first* event data and runs parallel clicks in any order,
-        so the strip numbers its clicks and a handler drops its answer when a newer click has come in meanwhile."""
-        with self._lock:
-            entry = self._data.get(key)
-            if entry is None:
-                return True
-            seen = entry.setdefault("clicks", {})
-            if isinstance(seq, int) and seq < seen.get(target, -1):
-                return False
-            if isinstance(seq, int):
-                seen[target] = seq
-            entry.update(store)
-            return True
-
-    def trace(self, key: str) -> RunTrace | None:
-        entry = self.get(key)
-        if entry["job"] is not None:
-            return entry["job"].trace
-        return entry["trace"]
-
-
+# -- per-session state (ui.sessions) ------------------------------------------------------------------------
 SESSIONS = Sessions()
 
 
 def _session(request: gr.Request | None) -> str:
     return getattr(request, "session_hash", None) or "local"
-
-
-def _click_data(evt) -> dict:
-    """What a custom HTML click passed to ``trigger('click', {...})``."""
-    data = getattr(evt, "_data", None)
-    return data if isinstance(data, dict) else {}
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------
@@ -278,14 +232,12 @@ def inspect(request: gr.Request, evt: gr.EventData) -> InspectView:
 def inspect_latest(request: gr.Request, evt: gr.EventData) -> InspectView | None:
     """``inspect`` for a strip click, or None where a newer click of this session has overtaken it (its answer would
     be stale). Only the newest click's token becomes the selected one, where "Fork from the selected token" forks."""
-    key, seq, index = _session(request), _click_data(evt).get("seq"), getattr(evt, "index", None)
-    if not SESSIONS.latest_click(key, "strip", seq):
-        return None
-    view, trace = inspect(request, evt), SESSIONS.trace(key)
-    valid = trace is not None and isinstance(index, int) and 0 <= index < len(trace.tokens)
-    if not SESSIONS.latest_click(key, "strip", seq, selected=(trace, index) if valid else None):
-        return None
-    return view
+    def answer():
+        trace, index = SESSIONS.trace(_session(request)), getattr(evt, "index", None)
+        valid = trace is not None and isinstance(index, int) and 0 <= index < len(trace.tokens)
+        return inspect(request, evt), {"selected": (trace, index) if valid else None}
+
+    return if_newest(SESSIONS, _session(request), "strip", evt, answer)
 
 
 def fork_selected(method, runtime, request: gr.Request):
@@ -422,7 +374,7 @@ def compare_stream(prompt, methods, model_names, max_new_tokens, request: gr.Req
 def inspect_compared(request: gr.Request, evt: gr.EventData):
     """The explanation of a token clicked in a Compare card (the card's run, ``data-run``)."""
     traces = SESSIONS.get(_session(request)).get("compare") or {}
-    data = _click_data(evt)
+    data = click_data(evt)
     trace, index = traces.get(data.get("run")), data.get("index")
     if trace is None or not isinstance(index, int) or not 0 <= index < len(trace.tokens):
         return '<p class="el-muted">Compare runs, then click a token in a card.</p>'
@@ -692,11 +644,8 @@ def wire_other_tabs(opened, run: tabs.RunTab, tok: tabs.TokenizerTab, cmp: tabs.
                                              *run.controls.values()],
                          outputs=outputs(cmp, CompareView), concurrency_id="engine", api_visibility="private")
     def on_compare_click(request: gr.Request, evt: gr.EventData):
-        key, seq = _session(request), _click_data(evt).get("seq")
-        if not SESSIONS.latest_click(key, "compare", seq):
-            return gr.skip()
-        html = inspect_compared(request, evt)
-        return html if SESSIONS.latest_click(key, "compare", seq) else gr.skip()
+        html = if_newest(SESSIONS, _session(request), "compare", evt, lambda: (inspect_compared(request, evt), {}))
+        return gr.skip() if html is None else html
 
     cmp.cmp_view.click(on_compare_click, outputs=[cmp.cmp_inspect], concurrency_limit=None, api_visibility="private",
                        trigger_mode="multiple")  # as the strip's clicks: the newest click's answer wins
