@@ -296,17 +296,17 @@ def update_drafter(model_names):
 
 
 # -- tokenizer tab --------------------------------------------------------------------------------------------
-def tokenize_view(text, model_names, show_whitespace) -> TokenizerView:
+def tokenize_view(text, model_names, show_whitespace, show_ids=False) -> TokenizerView:
     try:
         names = _models(model_names)
         comparison = compare(text or "", {name: POOL.keys(name) for name in names})
     except EnsembleError as exc:
         return TokenizerView(visual.error_html(str(exc)), None)
-    return TokenizerView(visual.tokenizers_html(comparison, show_whitespace=bool(show_whitespace)),
+    return TokenizerView(visual.tokenizers_html(comparison, show_whitespace=bool(show_whitespace), show_ids=bool(show_ids)),
                          visual.tokenizer_counts_frame(comparison))
 
 
-def tokenizers_page(text, model_names) -> str:
+def tokenizers_page(text, model_names, show_ids=False) -> str:
     """The aligned tokenizer view as one self-contained HTML file (its path, for download)."""
     try:
         names = _models(model_names)
@@ -314,7 +314,7 @@ def tokenizers_page(text, model_names) -> str:
     except EnsembleError as exc:
         raise gr.Error(str(exc)) from exc
     page = Path(tempfile.mkdtemp(prefix="ensemble-lens-")) / "tokenizers.html"
-    page.write_text(visual.tokenizers_document(comparison), encoding="utf-8")
+    page.write_text(visual.tokenizers_document(comparison, show_ids=bool(show_ids)), encoding="utf-8")
     return str(page)
 
 
@@ -619,16 +619,17 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
 
 def wire_other_tabs(opened, run: tabs.RunTab, tok: tabs.TokenizerTab, cmp: tabs.CompareTab, trace: tabs.TraceTab,
                     results: tabs.ResultsTab) -> None:
-    tok_inputs = [tok.tok_text, tok.tok_models, tok.tok_ws]
+    tok_inputs = [tok.tok_text, tok.tok_models, tok.tok_ws, tok.tok_ids]
 
-    def on_tokenize(text, model_names, show_whitespace):
-        return updates(tok, tokenize_view(text, model_names, show_whitespace))
+    def on_tokenize(text, model_names, show_whitespace, show_ids):
+        return updates(tok, tokenize_view(text, model_names, show_whitespace, show_ids))
 
     tok.tok_button.click(on_tokenize, inputs=tok_inputs, outputs=outputs(tok, TokenizerView), concurrency_id="tokenize",
                          concurrency_limit=4, api_visibility="private")
-    tok.tok_save.click(tokenizers_page, inputs=[tok.tok_text, tok.tok_models], outputs=[tok.tok_html],
+    tok.tok_save.click(tokenizers_page, inputs=[tok.tok_text, tok.tok_models, tok.tok_ids], outputs=[tok.tok_html],
                        concurrency_id="tokenize", api_visibility="private")
-    tok.tok_ws.change(on_tokenize, inputs=tok_inputs, outputs=outputs(tok, TokenizerView), concurrency_id="tokenize",
+    for switch in (tok.tok_ws, tok.tok_ids):
+        switch.change(on_tokenize, inputs=tok_inputs, outputs=outputs(tok, TokenizerView), concurrency_id="tokenize",
                       api_visibility="private")
 
     controls = list(run.controls)

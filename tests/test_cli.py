@@ -31,6 +31,17 @@ def test_tokenize_json_shape():
     assert isinstance(data["agreement"], float)
 
 
+@pytest.mark.embedded
+def test_tokenize_ids_prints_ids_and_draws_byte_tokens_in_the_page(tmp_path):
+    page = tmp_path / "ids.html"
+    out = cli("tokenize", "東京 Sofia", "--models", "smollm2,gemma3", "--ids", "--html", str(page))
+    assert out.returncode == 0, out.stderr
+    smol = next(line for line in out.stdout.splitlines() if line.startswith("smollm2"))
+    assert "<0xE6><0x9D>(" in smol and "| Sofia(" in smol  # each token followed by its id
+    html = page.read_text(encoding="utf-8")
+    assert html.count('class="el-piece el-byte"') == 4 and "el-ids" in html  # 東 and 京: two byte tokens each
+
+
 @pytest.mark.embedded  # the CLI reads the embedded models' tokenizers from their packages
 def test_tokenize_hostile_and_huge_input(tmp_path):
     weird = tmp_path / "weird.txt"

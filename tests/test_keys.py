@@ -98,3 +98,28 @@ def test_bad_text_gives_a_result_or_a_message(tables):
     assert result["notes"] and "surrogate" in result["notes"][0]
     long = compare("word " * 20000, tables)
     assert long["models"]["gemma3"]["count"] > 10000
+
+
+def test_the_ids_view_draws_every_byte_token_of_a_cjk_text_as_its_own_box(tables):
+    """SmolLM2 spends byte tokens on CJK: the ids view shows each of them (with its id) inside its character's box."""
+    import re
+
+    import visual
+
+    text = "東京は日本の首都で、人口が最も多い都市です。"
+    result = compare(text, tables)
+    smol = result["models"]["smollm2"]["tokens"]
+    assert sum(t["bytes"] for t in smol) > len(text) // 2  # most of these characters cost SmolLM2 two tokens
+    n_byte_tokens = sum(t["bytes"] for info in result["models"].values() for t in info["tokens"])
+    plain = visual.tokenizers_html(result)
+    with_ids = visual.tokenizers_html(result, show_ids=True)
+    assert 'class="el-piece el-byte"' not in plain and "el-id" not in plain  # the default view is unchanged
+    assert with_ids.count('class="el-piece el-byte"') == n_byte_tokens  # one small box per byte token
+    drawn = re.findall(r'class="el-piece el-byte"><span>[^<]*</span><span class="el-id">(\d+)</span>', with_ids)
+    byte_ids = [t["id"] for info in result["models"].values() for t in info["tokens"] if t["bytes"]]
+    assert sorted(int(i) for i in drawn) == sorted(byte_ids)  # drawn block by block, so compare as multisets
+    for info in result["models"].values():  # every token's id is drawn, whole tokens and byte tokens alike
+        for t in info["tokens"]:
+            assert f'<span class="el-id">{t["id"]}</span>' in with_ids
+    smol_bytes = sum(t["bytes"] for t in smol)
+    assert f"<b>smollm2</b> {len(smol)} tokens" in plain and f"{smol_bytes} byte tokens (parts of characters)" in plain

@@ -196,6 +196,7 @@ class TokenizerTab:
     tok_text: gr.Textbox
     tok_models: gr.CheckboxGroup
     tok_ws: gr.Checkbox
+    tok_ids: gr.Checkbox
     tok_button: gr.Button
     tok_view: gr.HTML
     tok_counts: gr.Dataframe
@@ -210,6 +211,7 @@ def build_tokenizer_tab(model_choices: list[str], default_models: list[str]) -> 
         with gr.Column():
             tok_models = gr.CheckboxGroup(model_choices, value=default_models, label="Tokenizers")
             tok_ws = gr.Checkbox(value=True, label="Show whitespace (· ↵ →)")
+            tok_ids = gr.Checkbox(value=False, label="Show token ids and byte pieces", elem_id="tok-ids")
             tok_button = gr.Button("Compare tokenizations", variant="primary", elem_id="tok-button")
     gr.Examples(TOKENIZER_EXAMPLES, inputs=[tok_text], label="Examples")
     tok_view = gr.HTML(elem_id="tok-view")
@@ -217,7 +219,7 @@ def build_tokenizer_tab(model_choices: list[str], default_models: list[str]) -> 
     with gr.Row():
         tok_save = gr.Button("Save this view as one HTML page", elem_id="tok-save", scale=1)
         tok_html = gr.File(label="Aligned view (HTML, opens offline)", elem_id="tok-html", scale=3)
-    return TokenizerTab(tok_text, tok_models, tok_ws, tok_button, tok_view, tok_counts, tok_save, tok_html)
+    return TokenizerTab(tok_text, tok_models, tok_ws, tok_ids, tok_button, tok_view, tok_counts, tok_save, tok_html)
 
 
 @dataclass

@@ -2,7 +2,9 @@
 
 Columns are the segments between consecutive boundaries of any row, so a token that covers several segments
 spans several columns, and a boundary one model lacks shows as a dashed line cutting through its token.
-Long texts are cut into blocks at offsets where no token of any row straddles the cut.
+Long texts are cut into blocks at offsets where no token of any row straddles the cut. The blocks flow like
+words in a paragraph (a wrapping flex row, each block with its own row labels), so the view fills whatever
+width it gets, from a phone to a projector; a newline in the text starts a new line of blocks.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from itertools import pairwise
 
 from .escape import safe, whitespace
 
-BLOCK_CHARS = 48
+BLOCK_CHARS = 28  # at most (unless one token is longer): a block fits a 390 px phone, wide screens hold several
 
 
 @dataclass
@@ -23,6 +25,7 @@ class Box:
     end: int
     title: str = ""
     classes: str = ""
+    html: str = ""  # trusted (already escaped) content drawn instead of the box's text, e.g. token ids
 
 
 @dataclass
@@ -63,7 +66,7 @@ def grid_html(
 
     Args:
         mark: an offset to draw as the decision point (a solid line across all rows).
-        block_chars: wrap into blocks of about this many characters (None: one block).
+        block_chars: wrap into blocks of at most this many characters, unless one token is longer (None: one block).
     """
     rows = [Row(r.name, [b for b in r.boxes if lo <= b.start < b.end <= hi], r.title, r.gap_title) for r in rows]
     inside = _inside(rows)
@@ -71,16 +74,26 @@ def grid_html(
     cuts = sorted({lo, hi} | {e for es in edges for e in es if lo <= e <= hi} | ({mark} if mark is not None and lo <= mark <= hi else set()))
     blocks: list[tuple[int, int]] = []
     start = lo
-    for c in cuts[1:-1]:
-        clean = not any(c in ins for ins in inside)
-        long_enough = block_chars is not None and c - start >= block_chars
-        if clean and (long_enough or (block_chars is not None and text[c - 1 : c] == "\n")):
-            blocks.append((start, c))
-            start = c
+    last_clean = None  # the latest offset since ``start`` where a block may end
+    for c in cuts[1:]:
+        if block_chars is None:
+            break
+        if c - start > block_chars and last_clean is not None:  # c would make the block too long: end it before
+            blocks.append((start, last_clean))
+            start, last_clean = last_clean, None
+        if c == hi:
+            break
+        if not any(c in ins for ins in inside):
+            last_clean = c
+            if text[c - 1 : c] == "\n":
+                blocks.append((start, c))
+                start, last_clean = c, None
     blocks.append((start, hi))
     html = []
     for a, b in blocks:
         html.append(_block(text, a, b, [c for c in cuts if a <= c <= b], rows, inside, edges, show_whitespace, mark, axis_label))
+        if b < hi and text[b - 1 : b] == "\n":
+            html.append('<span class="el-grid-break"></span>')  # the text's own line break starts a new line of blocks
     return f'<div class="el-grid-wrap">{"".join(html)}</div>'
 
 
@@ -98,7 +111,7 @@ def _block(text, lo, hi, cuts, rows, inside, edges, show_whitespace, mark, axis_
             cls = " ".join(x for x in ("el-box", "alt" if k % 2 else "", box.classes) if x)
             out.append(
                 f'<span class="{cls}" style="grid-row: {r}; grid-column: {column[box.start]} / {column[box.end]}" '
-                f'title="{safe(box.title)}">{_cell(text[box.start:box.end], show_whitespace)}</span>'
+                f'title="{safe(box.title)}">{box.html or _cell(text[box.start:box.end], show_whitespace)}</span>'
             )
             covered.append((box.start, box.end))
         for a, b in _gaps(covered, cuts):

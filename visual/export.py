@@ -93,11 +93,11 @@ def compare_document(traces: dict[str, RunTrace]) -> str:
     return document("Ensemble Lens: comparison", body)
 
 
-def tokenizers_document(comparison: dict) -> str:
-    """An aligned tokenizer view as one file."""
+def tokenizers_document(comparison: dict, show_ids: bool = False) -> str:
+    """An aligned tokenizer view as one file (``show_ids``: with token ids and byte tokens as their own boxes)."""
     models = comparison.get("models") if isinstance(comparison, dict) else None
     names = ", ".join(map(str, models)) if isinstance(models, dict) else ""
-    body = f"<h1>Ensemble Lens: tokenizations</h1><p class=\"el-doc-meta\">{safe(names)}</p>{tokenizers_html(comparison)}"
+    body = f"<h1>Ensemble Lens: tokenizations</h1><p class=\"el-doc-meta\">{safe(names)}</p>{tokenizers_html(comparison, show_ids=show_ids)}"
     return document("Ensemble Lens: tokenizations", body)
 
 

@@ -98,9 +98,17 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
 .el-explain .el-muted, .el-muted { opacity: 0.7; font-size: 0.92em; }
 .el-key { font-family: var(--el-mono); background: var(--el-faint); border-radius: 3px; padding: 0 3px;
   white-space: pre-wrap; }
-.el-grid-wrap { overflow-x: auto; padding-bottom: 4px; }
+/* Blocks flow like words: as many per line as the container holds, each with its own row labels. */
+.el-grid-wrap { display: flex; flex-wrap: wrap; align-items: flex-start; column-gap: 26px; overflow-x: auto;
+  padding-bottom: 4px; max-width: 100%; }
+.el-grid-break { flex-basis: 100%; height: 0; }
 .el-grid-block { display: grid; row-gap: 3px; column-gap: 7px; margin: 0 0 10px 0; font-family: var(--el-mono);
   font-size: 14px; line-height: 1.6; width: max-content; }
+/* The ids view: a token's id under its text; a byte group's byte tokens as small boxes of their own. */
+.el-piece { display: inline-flex; flex-direction: column; align-items: center; line-height: 1.3; padding: 0 1px; }
+.el-id { font-size: 0.68em; opacity: 0.75; font-variant-numeric: tabular-nums; }
+.el-byte-group { display: inline-flex; gap: 2px; padding: 1px; }
+.el-piece.el-byte { box-shadow: inset 0 0 0 1px var(--el-line); border-radius: 2px; font-size: 0.8em; padding: 0 2px; }
 .el-grid-label { grid-column: 1; padding-right: 10px; font-size: 12px; opacity: 0.8; white-space: nowrap;
   align-self: center; }
 .el-axis { white-space: pre; opacity: 0.75; border-bottom: 1px solid var(--el-line); }
@@ -154,7 +162,8 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
 /* Phones: wide tables and grids scroll sideways inside their box, with a fading edge as the cue. */
 @media (max-width: 600px) {
   .el-strip { font-size: 16px; }
-  .el-table, .el-grid-wrap { display: block; overflow-x: auto; max-width: 100%;
+  .el-table { display: block; }
+  .el-table, .el-grid-wrap { overflow-x: auto; max-width: 100%;
     background: linear-gradient(to left, var(--el-faint), transparent 24px) right / 24px 100% no-repeat local; }
   .el-cand { grid-template-columns: 1fr; }
 }

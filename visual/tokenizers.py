@@ -8,10 +8,13 @@ from __future__ import annotations
 import pandas as pd
 
 from . import records as rd
-from .aligned import Box, Row, grid_html, key_html
-from .escape import safe
+from .aligned import BLOCK_CHARS, Box, Row, grid_html, key_html
+from .escape import safe, whitespace
 
 MAX_CHARS = 4000  # longer texts are drawn up to a cut near here (the counts still cover all of it)
+IDS_BLOCK_CHARS = 14  # the ids view is wider per character: shorter blocks still fit a phone
+_IDS_KEY = ('<div class="el-grid-key">Under each token: its id in that model\'s vocabulary. A character split '
+            'into byte tokens shows one small box per byte token, with its bytes (<code>&lt;0xE4&gt;</code>).</div>')
 
 MISMATCH_EXPLAINER = (
     "Token-level ensembles (UniTE, GaC) average the models' next-token distributions, which only makes sense "
@@ -41,8 +44,19 @@ def _tokens(info: dict, text_len: int) -> list[dict]:
     return out
 
 
-def _boxes(tokens: list[dict], cut: int, colour: str) -> list[Box]:
-    """One box per token, byte tokens of one character (same span) merged into one box."""
+def _piece(text: str, token_id, show_whitespace: bool, classes: str = "el-piece") -> str:
+    """A token's text over its id (the ids view)."""
+    shown = whitespace(text, show_whitespace, breaks=False) if text else "&nbsp;"
+    return f'<span class="{classes}"><span>{shown}</span><span class="el-id">{safe(token_id)}</span></span>'
+
+
+def _boxes(tokens: list[dict], cut: int, colour: str, show_ids: bool = False, show_whitespace: bool = True) -> list[Box]:
+    """One box per token, byte tokens of one character (same span) grouped into one box.
+
+    With ``show_ids`` every box shows its token id under its text, and a byte group shows each of its byte
+    tokens as its own small box (its bytes and id) inside the character's box, so byte fallback is visible:
+    a character that costs one model three tokens shows three boxes there.
+    """
     groups: list[list[dict]] = []
     for tok in tokens:
         if tok["start"] == tok["end"] or tok["end"] > cut:
@@ -57,9 +71,12 @@ def _boxes(tokens: list[dict], cut: int, colour: str) -> list[Box]:
         pieces = [rd.text(t.get("text")) or "" for t in g]
         if len(g) > 1 or any(t.get("bytes") is True for t in g):
             title = f"{len(g)} byte token{'s' if len(g) > 1 else ''}: {' '.join(pieces)} · id {ids}"
-            boxes.append(Box(g[0]["start"], g[0]["end"], title, f"{colour} bytes"))
+            inner = "".join(_piece(p, t.get("id"), False, "el-piece el-byte") for p, t in zip(pieces, g, strict=True))
+            html = f'<span class="el-byte-group">{inner}</span>' if show_ids else ""
+            boxes.append(Box(g[0]["start"], g[0]["end"], title, f"{colour} bytes".strip(), html))
         else:
-            boxes.append(Box(g[0]["start"], g[0]["end"], f"{pieces[0]!r} · id {ids}", colour))
+            html = _piece(pieces[0], g[0].get("id"), show_whitespace) if show_ids else ""
+            boxes.append(Box(g[0]["start"], g[0]["end"], f"{pieces[0]!r} · id {ids}", colour, html))
     return boxes
 
 
@@ -71,8 +88,16 @@ def _draw_until(comparison: dict, text: str) -> int:
     return max(shared, default=MAX_CHARS)
 
 
-def tokenizers_html(comparison: dict, show_whitespace: bool = True) -> str:
-    """Every model's tokens aligned on one character axis, with the agreement and counts in a header."""
+def _byte_tokens(info: dict) -> int:
+    tokens = info.get("tokens") if isinstance(info.get("tokens"), list) else []
+    return sum(1 for t in tokens if isinstance(t, dict) and t.get("bytes") is True)
+
+
+def tokenizers_html(comparison: dict, show_whitespace: bool = True, show_ids: bool = False) -> str:
+    """Every model's tokens aligned on one character axis, with the agreement and counts in a header.
+
+    ``show_ids``: each token's id under its text, and byte tokens as their own boxes (see :func:`_boxes`).
+    """
     text = comparison.get("text") if isinstance(comparison, dict) else None
     models = _models(comparison)
     if not isinstance(text, str) or not models:
@@ -84,6 +109,8 @@ def tokenizers_html(comparison: dict, show_whitespace: bool = True) -> str:
         count = info.get("count")
         missing = info.get("missing")
         lacks = f", lacks {len(missing)} boundar{'y' if len(missing) == 1 else 'ies'}" if isinstance(missing, list) and missing else ""
+        n_bytes = _byte_tokens(info)
+        lacks += f", {n_bytes} byte token{'s' if n_bytes != 1 else ''} (parts of characters)" if n_bytes else ""
         chips.append(f"<span><b>{safe(name)}</b> {safe(count)} tokens{safe(lacks)}</span>")  # models: named, not coloured
     header = (
         '<div class="el-header">'
@@ -96,9 +123,12 @@ def tokenizers_html(comparison: dict, show_whitespace: bool = True) -> str:
     cut = _draw_until(comparison, text)
     if cut < len(text):
         notes += f'<p class="el-muted">Showing the first {cut:,} of {len(text):,} characters; the counts cover the whole text.</p>'
-    rows = [Row(name, _boxes(_tokens(models[name], len(text)), cut, ""), f"{name}'s tokenization") for name in names]
-    grid = grid_html(text, 0, cut, rows, show_whitespace=show_whitespace, axis_label="text")
-    return f'<div class="el-tokenizers">{header}{notes}{grid}{key_html()}</div>'
+    rows = [Row(name, _boxes(_tokens(models[name], len(text)), cut, "", show_ids, show_whitespace), f"{name}'s tokenization")
+            for name in names]
+    grid = grid_html(text, 0, cut, rows, show_whitespace=show_whitespace, axis_label="text",
+                     block_chars=IDS_BLOCK_CHARS if show_ids else BLOCK_CHARS)
+    key = key_html() + (_IDS_KEY if show_ids else "")
+    return f'<div class="el-tokenizers{" el-ids" if show_ids else ""}">{header}{notes}{grid}{key}</div>'
 
 
 def tokenizer_counts_frame(comparison: dict) -> pd.DataFrame:

@@ -17,6 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", default=",".join(DEFAULT_MODELS))
     p.add_argument("--json", action="store_true")
     p.add_argument("--html", default=None, metavar="PATH", help="also save the aligned view as one self-contained HTML file")
+    p.add_argument("--ids", action="store_true",
+                   help="show each token's id (and in the HTML view, byte tokens as their own boxes)")
     p.set_defaults(func=cmd_tokenize)
 
 
@@ -33,7 +35,7 @@ def cmd_tokenize(args) -> int:
     tables = {name: pool.keys(name) for name in models_arg(args.models)}
     result = compare(text, tables)
     if args.html:
-        write_document(args.html, "tokenizers_document", result)
+        write_document(args.html, "tokenizers_document", result, args.ids)
     if args.json:
         out = {k: result[k] for k in ("text", "models", "shared_boundaries", "agreement", "all_boundaries", "segments", "notes")}
         print(json.dumps(out, ensure_ascii=False))
@@ -42,7 +44,7 @@ def cmd_tokenize(args) -> int:
         print(f"note: {note}")
     width = max(len(n) for n in result["models"])
     for name, info in result["models"].items():
-        shown = "|".join(t["text"].replace("\n", "↵") for t in info["tokens"][:200])
+        shown = "|".join(t["text"].replace("\n", "↵") + (f"({t['id']})" if args.ids else "") for t in info["tokens"][:200])
         more = " …" if info["count"] > 200 else ""
         print(f"{name:<{width}}  {info['count']:>5} tokens  {shown}{more}")
     interior = [b for b in result["shared_boundaries"] if 0 < b < len(result["text"])]
