@@ -98,6 +98,7 @@ def _final_views(trace: RunTrace, strip: str, status: str) -> RunView:
         legend=visual.legend_html(trace.method, trace.models),
         stats=visual.stats_html(trace),
         token_table=visual.token_frame(trace),
+        token_filter="all",
         rounds=visual.rounds_html(trace) if specem else "",
         heatmap=visual.score_heatmap(trace, last_round) if specem else None,
         weights_plot=visual.weights_figure(trace) if specem else None,
@@ -211,6 +212,12 @@ def stop_run(request: gr.Request):
         return visual.status_html("Nothing is running: Stop ends a run, a comparison or a fork while it streams.")
     session["cancel"].set()
     return visual.status_html("Stopping…")
+
+
+def filter_tokens(decision, request: gr.Request):
+    """The per-token table of the session's trace, only the tokens of ``decision`` ("all": every token)."""
+    trace = SESSIONS.trace(_session(request))
+    return visual.token_frame(trace, decision) if trace is not None else gr.skip()
 
 
 def inspect(request: gr.Request, evt: gr.EventData) -> InspectView:
@@ -581,6 +588,7 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
     run.strip.click(on_click, outputs=outputs(run, InspectView), concurrency_limit=None, api_visibility="private",
                     trigger_mode="multiple")
     run.round_slider.change(show_round, inputs=[run.round_slider], outputs=[run.heatmap], api_visibility="private")
+    run.token_filter.input(filter_tokens, inputs=[run.token_filter], outputs=[run.token_table], api_visibility="private")
     run.model_box.change(update_drafter, inputs=[run.model_box], outputs=[run.drafter], api_visibility="private")
     run.method.change(lambda method: gr.update(visible=method == "safe"), inputs=[run.method], outputs=[run.drafter],
                       api_visibility="private")  # the drafter box is SAFE's

@@ -257,3 +257,24 @@ def test_an_overtaken_token_click_is_dropped_and_the_newest_click_is_the_selecti
     # a click that lands off the strip's tokens answers with the hint and clears the selection
     assert "click a token" in app.inspect_latest(Other(), SeqClick(10_000, seq=4)).explanation
     assert app.SESSIONS.get("overtaken-clicks")["selected"] is None
+
+
+def test_the_per_token_table_filters_the_sessions_trace_by_decision(tmp_path):
+    import app
+
+    class Me:
+        session_hash = "token-filter"
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(VALID["safe_math"]), encoding="utf-8")
+    app.import_trace(str(path), Me())
+    trace = app.SESSIONS.trace("token-filter")
+    for decision, count in trace.stats.decisions.items():
+        table = app.filter_tokens(decision, Me())
+        assert len(table) == count and set(table["decision"]) == {decision}
+    assert len(app.filter_tokens("all", Me())) == len(trace.tokens)
+
+    class Nobody:
+        session_hash = "token-filter-empty"
+
+    assert app.filter_tokens("all", Nobody()).__class__.__name__ != "DataFrame"  # no trace: the table is left as it is

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import csv
+import io
 import re
 import subprocess
 import sys
@@ -591,7 +593,15 @@ def test_stats_frame_equals_trace_stats(trace):
     for decision, count in s.decisions.items():
         assert f'class="el-chip {decision}"' in html and f": {count}</span>" in html
     tokens = visual.token_frame(trace)
-    assert len(tokens) == len(trace.tokens) and list(tokens["text"]) == [r.text for r in trace.tokens]
+    shown = [r.text.replace(" ", "·").replace("\n", "↵").replace("\t", "→").replace("\r", "␍") for r in trace.tokens]
+    assert len(tokens) == len(trace.tokens) and list(tokens["text"]) == shown  # leading spaces stay visible
+    assert any(t.startswith("·") for t in shown)
+    assert [r["text"] for r in csv.DictReader(io.StringIO(visual.tokens_csv(trace)))] == [r.text for r in trace.tokens]
+    for decision, count in s.decisions.items():  # the decision filter
+        only = visual.token_frame(trace, decision)
+        assert len(only) == count and set(only["decision"]) == {decision}
+    assert len(visual.token_frame(trace, "all")) == len(trace.tokens)
+    assert {d for _, d in visual.token_filter_choices()} >= {"all", *s.decisions}
 
 
 def test_forward_time_shows_when_recorded():
@@ -999,8 +1009,6 @@ def test_a_replaced_token_shows_its_whole_discarded_draft():
 
 
 def test_the_aligned_view_packs_blocks_that_fit_a_phone_and_keeps_the_texts_line_breaks():
-    import itertools
-
     from visual.aligned import BLOCK_CHARS
 
     words = "Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning\nand bakes muffins."
@@ -1017,7 +1025,7 @@ def test_the_aligned_view_packs_blocks_that_fit_a_phone_and_keeps_the_texts_line
     assert "".join(texts) == words  # every character once, in order (a newline is drawn as ↵)
     assert all(len(t) <= BLOCK_CHARS for t in texts) and len(texts) >= 3
     # each block is filled as far as the next word allows, so blocks are not needlessly short
-    for t, nxt in itertools.pairwise(texts):
+    for t, nxt in pairwise(texts):
         assert t.endswith("\n") or len(t) + len(re.match(r" ?\S+|\n", nxt).group()) > BLOCK_CHARS
     assert html.count('class="el-grid-break"') == 1
     assert next(t for t in texts if t.endswith("\n")).endswith("morning\n")

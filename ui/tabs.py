@@ -121,6 +121,7 @@ class RunTab:
     weights_note: gr.HTML
     stats: gr.HTML
     token_table: gr.Dataframe
+    token_filter: gr.Dropdown
 
 
 RUNTIME_INFO = ("What computes the models: transformers (float weights, any model) or llama.cpp (the GGUF files as "
@@ -184,11 +185,13 @@ def build_run_tab(model_choices: list[str], default_models: list[str], runtimes:
                 weights_note = gr.HTML(elem_id="weights-note")
     stats = gr.HTML(elem_id="stats")
     with gr.Accordion("Per-token table", open=False):
+        token_filter = gr.Dropdown(visual.token_filter_choices(), value="all", label="Show", elem_id="token-filter",
+                                   info="only the tokens of one decision; whitespace is drawn as · ↵ →")
         token_table = gr.Dataframe(elem_id="token-table", wrap=True)
     return RunTab(prompt, method, model_box, drafter, runtime_radio, controls, examples_box, examples.dataset, run_button,
                   stop_button, link_button, link_box, status, legend, strip, explanation, tokenization, charts_hint, topk_plot, fusion_plot,
                   record_json, fork_method, fork_button, fork_view, specem_view, rounds, round_slider, heatmap, weights_plot,
-                  weights_note, stats, token_table)
+                  weights_note, stats, token_table, token_filter)
 
 
 @dataclass

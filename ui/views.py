@@ -30,6 +30,7 @@ class RunView(NamedTuple):
     legend: Any = KEEP
     stats: Any = KEEP
     token_table: Any = KEEP
+    token_filter: Any = KEEP  # back to "all" for each new trace
     rounds: Any = KEEP
     heatmap: Any = KEEP
     weights_plot: Any = KEEP

@@ -14,7 +14,7 @@ from .plaintext import explain_text
 from .report import results_figures, results_html, write_report
 from .specem import rounds_html, score_heatmap, weights_figure, weights_note
 from .splits import tokenization_html
-from .stats import compare_figure, compare_frame, stats_frame, stats_html, token_frame, tokens_csv
+from .stats import compare_figure, compare_frame, stats_frame, stats_html, token_filter_choices, token_frame, tokens_csv
 from .strip import StripBuilder, compare_html, compare_label, first_divergence, kept_html, strip_html, token_groups
 from .style import CSS, DECISION_LABELS, legend_html
 from .tokenizers import MISMATCH_EXPLAINER, tokenizer_counts_frame, tokenizers_html
@@ -52,6 +52,7 @@ __all__ = [
     "stats_html",
     "status_html",
     "strip_html",
+    "token_filter_choices",
     "token_frame",
     "token_groups",
     "tokenization_html",

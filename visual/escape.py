@@ -69,6 +69,12 @@ def _whitespace_run(run: str, show: bool, breaks: bool) -> str:
     return "".join(parts)
 
 
+def plain_whitespace(text) -> str:
+    """``text`` with its whitespace drawn as the glyphs :func:`whitespace` uses, as plain text (for table cells,
+    where a leading space would otherwise vanish)."""
+    return "".join(_WS_GLYPHS.get(ch, ch) for ch in ("" if text is None else str(text)))
+
+
 def status_html(text) -> str:
     """The app's status line: one escaped paragraph.
 

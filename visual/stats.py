@@ -13,7 +13,7 @@ from ensemble.trace import DECISIONS, RunTrace
 
 from . import records as rd
 from .charts import hover_table, label, style, unique
-from .escape import safe
+from .escape import plain_whitespace, safe
 from .numbers import number_text
 from .style import DECISION_LABELS, DECISION_STYLE
 
@@ -48,9 +48,25 @@ def stats_frame(trace: RunTrace) -> pd.DataFrame:
     return pd.DataFrame({"metric": pd.Series([m for m, _ in rows], dtype=object), "value": pd.Series([v for _, v in rows], dtype=object)})
 
 
-def token_frame(trace: RunTrace) -> pd.DataFrame:
-    """One row per token (``trace.token_table()``), the same columns even for an empty trace."""
-    return pd.DataFrame(trace.token_table(), columns=TOKEN_COLUMNS)
+TEXT_COLUMNS = ("text", "fused_choice", "draft")  # model output: its whitespace is drawn (· ↵ →) in the app's table
+
+
+def token_frame(trace: RunTrace, decision: str | None = None) -> pd.DataFrame:
+    """One row per token (``trace.token_table()``), the same columns even for an empty trace.
+
+    The token texts show their whitespace (a token " the" reads "·the"; the CSV export keeps the raw text).
+    ``decision``: only the tokens with this decision (None or "all": every token).
+    """
+    rows = [r for r in trace.token_table() if decision in (None, "all") or r["decision"] == decision]
+    for row in rows:
+        for column in TEXT_COLUMNS:
+            row[column] = plain_whitespace(row[column])
+    return pd.DataFrame(rows, columns=TOKEN_COLUMNS)
+
+
+def token_filter_choices() -> list[tuple[str, str]]:
+    """The per-token table's decision filter: (label, decision) pairs, "all" first."""
+    return [("all tokens", "all"), *((DECISION_LABELS.get(d, d), d) for d in DECISIONS)]
 
 
 def _fmt(value, digits: int = 2, suffix: str = "") -> str:
