@@ -585,3 +585,42 @@ def test_layouts_fit_phones_projectors_and_desktops(browser, app_url, size, them
     page.locator("#strip").scroll_into_view_if_needed()
     shot(page, f"layout-{size[0]}x{size[1]}-{theme}")
     context.close()
+
+
+def _png(download):
+    from PIL import Image
+
+    path = Path(download.value.path())
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return Image.open(path).convert("RGB")
+
+
+def test_the_strip_and_the_aligned_view_save_as_png(page):
+    """The PNG is drawn in the browser from the page itself: the legend and the strip's decision colours, and the
+    Tokenizers tab's view with token ids and byte boxes, as the screen shows them."""
+    page.wait_for_function("() => (document.querySelector('#status')?.innerText || '').includes('recorded run')")
+    width = page.evaluate("() => document.querySelector('#strip').getBoundingClientRect().width")
+    with page.expect_download() as download:
+        page.locator("#strip-png").click()
+    assert download.value.suggested_filename == "ensemble-lens-strip.png"
+    image = _png(download)
+    assert image.width >= 2 * width  # twice the screen's resolution, the whole strip
+    colours = image.resize((image.width // 4, image.height // 4)).getcolors(maxcolors=1 << 16) or []
+    assert len([c for n, c in colours if n > 20]) >= 4  # background, text and the decision colours
+    page.get_by_role("tab", name="Tokenizers").click()
+    page.wait_for_function("() => (document.querySelector('#tok-view')?.innerText || '').includes('%')")  # the load's view
+    page.locator("#tok-text textarea").fill("東京は大きい。Sofia went to Plovdiv in 1999, and then to Varna by the sea.")
+    page.locator("#tok-button").click()
+    page.wait_for_function("() => (document.querySelector('#tok-view')?.innerText || '').includes('byte tokens')")
+    assert page.locator("#tok-view .el-piece.el-byte").count() == 0
+    page.locator("#tok-ids input").check()
+    page.wait_for_function("() => document.querySelectorAll('#tok-view .el-piece.el-byte').length > 0")
+    assert page.locator("#tok-view .el-id").count() >= page.locator("#tok-view .el-box").count() // 2
+    tops = page.evaluate("() => [...document.querySelectorAll('#tok-view .el-grid-block')].map(b => Math.round(b.getBoundingClientRect().top))")
+    assert len(tops) > len(set(tops)), "the blocks should share lines on a wide screen, not stack in one column"
+    shot(page, "tokenizers-ids")
+    with page.expect_download() as download:
+        page.locator("#tok-png").click()
+    image = _png(download)
+    view = page.evaluate("() => document.querySelector('#tok-view').getBoundingClientRect()")
+    assert image.width >= 2 * view["width"] - 2 and image.height >= 2 * view["height"] - 2

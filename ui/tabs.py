@@ -10,6 +10,7 @@ import gradio as gr
 
 import visual
 
+from . import png
 from .controls import engine_controls
 
 METHOD_CHOICES = [
@@ -157,6 +158,8 @@ def build_run_tab(model_choices: list[str], default_models: list[str], runtimes:
     status = gr.HTML(elem_id="status")  # HTML built by visual.status_html: Markdown would fetch ![x](url)
     legend = gr.HTML(elem_id="legend")
     strip = gr.HTML(value="", elem_id="strip", elem_classes=["el-strip"], js_on_load=STRIP_JS)
+    strip_png = gr.Button("Save the strip as PNG", size="sm", elem_id="strip-png")
+    strip_png.click(None, js=png.STRIP_PNG_JS)  # drawn in the browser: nothing to send to the server
     with gr.Row():
         with gr.Column(scale=1):
             explanation = gr.HTML(elem_id="explanation")
@@ -221,6 +224,8 @@ def build_tokenizer_tab(model_choices: list[str], default_models: list[str]) -> 
     tok_counts = gr.Dataframe(label="Token counts", elem_id="tok-counts")
     with gr.Row():
         tok_save = gr.Button("Save this view as one HTML page", elem_id="tok-save", scale=1)
+        tok_png = gr.Button("Save as PNG", elem_id="tok-png", scale=1)
+        tok_png.click(None, js=png.TOKENIZERS_PNG_JS)
         tok_html = gr.File(label="Aligned view (HTML, opens offline)", elem_id="tok-html", scale=3)
     return TokenizerTab(tok_text, tok_models, tok_ws, tok_ids, tok_button, tok_view, tok_counts, tok_save, tok_html)
 
