@@ -121,8 +121,9 @@ def run_stream(prompt, method, model_names, drafter, settings_values: dict, requ
     cancel.clear()
     # Every yield sends the whole view; Gradio diffs it against the last one, so unchanged outputs cost
     # nothing and the strip, which only ever grows, goes out as an "append" of its new tokens.
-    view = RunView("", visual.status_html("Loading models…"), "", "", None, "", None, None, gr.update(value=0),
-                   gr.update(visible=False), "", "")
+    view = RunView(strip="", status=visual.status_html("Loading models…"), legend="", stats="", token_table=None,
+                   token_filter="all", rounds="", heatmap=None, weights_plot=None, round_slider=gr.update(value=0),
+                   specem_view=gr.update(visible=False), weights_note="", fork_view="")
     try:
         clean_prompt(prompt)  # fails fast; the run cleans the prompt again and keeps the warnings in its trace
         names = _models(model_names, runtime)
@@ -367,7 +368,9 @@ def compare_stream(prompt, methods, model_names, max_new_tokens, request: gr.Req
             yield view._replace(cmp_view=visual.error_html(f"{method} failed: {exc}"), cmp_status=visual.status_html(f"⚠️ {method} failed"))
             return
         traces[method] = job.trace
-        view = CompareView(visual.compare_html(traces), visual.compare_frame(traces), visual.compare_figure(traces))
+        share = f"{66 / len(traces):.0f}%"  # percentages: the table fits its box, long cells wrap (a phone too)
+        table = gr.update(value=visual.compare_frame(traces), column_widths=["34%", *[share] * len(traces)])
+        view = CompareView(visual.compare_html(traces), table, visual.compare_figure(traces))
         if cancel.is_set() or len(traces) == len(methods):
             page = Path(tempfile.mkdtemp(prefix="ensemble-lens-")) / f"compare-{'-'.join(traces)}.html"
             page.write_text(visual.compare_document(traces), encoding="utf-8")

@@ -127,6 +127,10 @@ class OovBlockedDetails(Details):
     """SAFE's stability check: the verifiers with no token edge at ``boundary`` (None: inside a character)."""
 
     blocked_by: list[str] | None = None
+    # What the models wanted there (the inspector's top-k; no decision reads them), from the verification pass:
+    per_model_top: dict[str, list[list]] | None = None  # model -> top-k; a blocked verifier's at ``verifier_from``
+    verifier_from: dict[str, int] | None = None  # verifier -> where its row is: the boundary, or where its token starts
+    verifier_tokens: dict[str, str] | None = None  # verifier -> its own token from there (display form)
     KEEP_NONE: ClassVar[tuple[str, ...]] = ("boundary",)
 
 

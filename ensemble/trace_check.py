@@ -25,7 +25,7 @@ MAX_NAME = 200  # characters of a model name
 MAX_INT = 2**53  # integers beyond this lose precision in the browser anyway
 MAX_FLOAT = 1e15
 
-_SCAN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+_SCAN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')  # unrolled: a 19 MB string scans in milliseconds, not seconds
 _BYTE_DISPLAY = re.compile(r"<0x([0-9A-F]{2})>")
 # model names the engine writes beside the members': SAFE's fused replacements
 ENGINE_NAMES = ("ensemble",)

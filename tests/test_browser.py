@@ -560,10 +560,15 @@ def test_a_fused_token_shows_paired_before_after_bars(page):
     shot(page, "fusion")
 
 
-@pytest.mark.parametrize(("size", "theme"), [((390, 844), "dark"), ((1024, 768), "light"), ((1366, 900), "dark")])
+SIZES = [(390, 844), (1024, 768), (1366, 900)]
+README_LAYOUTS = {((390, 844), "dark"), ((1024, 768), "light"), ((1366, 900), "dark")}  # the screenshots kept
+
+
+@pytest.mark.parametrize(("size", "theme"), [(size, theme) for size in SIZES for theme in ("light", "dark")])
 def test_layouts_fit_phones_projectors_and_desktops(browser, app_url, size, theme):
     """The first view at a phone's, a projector's and a laptop's size, light and dark: nothing pushes the page
-    sideways, the projector switch makes the strip readable from the back of a room."""
+    sideways, every tab label is shown (none folded behind "…"), the top-k panels stack inside the screen, the
+    aligned tokenizer view fits, and the projector switch makes the strip readable from the back of a room."""
     context = browser.new_context(viewport={"width": size[0], "height": size[1]})
     page = context.new_page()
     page.set_default_timeout(120_000)
@@ -574,16 +579,42 @@ def test_layouts_fit_phones_projectors_and_desktops(browser, app_url, size, them
         colour = page.evaluate("() => getComputedStyle(document.querySelector('#strip .el-tok')).color")
         r, g, b = (int(x) for x in colour[colour.index("(") + 1:colour.index(")")].split(",")[:3])
         assert (r + g + b) / 3 > 150, colour  # light text on the dark theme
+    tabs = page.evaluate("() => [...document.querySelectorAll('[role=tab]')].filter(t => t.offsetParent).map(t => t.innerText)")
+    assert tabs == ["Run", "Tokenizers", "Compare", "Trace", "Results"], tabs
     page.locator("#strip .el-tok.oov_blocked").first.click()
     page.wait_for_function("() => (document.querySelector('#explanation')?.innerText || '').includes('gemma3')")
     assert page.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth + 1")
+    page.locator("#strip .el-tok.consensus").nth(2).click()  # three models' top-k: one panel per model, stacked
+    page.locator("#topk-plot .main-svg").first.wait_for()
+    panels = page.evaluate("""() => [...document.querySelectorAll('#topk-plot .cartesianlayer .subplot')].map(p => {
+        const r = p.getBoundingClientRect(); return [Math.round(r.left), Math.round(r.top), Math.round(r.right)]; })""")
+    assert len(panels) == 3 and len({left for left, _, _ in panels}) == 1, panels  # one column
+    assert max(right for _, _, right in panels) <= size[0], panels
+    page.get_by_role("tab", name="Tokenizers").click()
+    page.wait_for_function("() => (document.querySelector('#tok-view')?.innerText || '').includes('%')")
+    blocks = page.evaluate("() => [...document.querySelectorAll('#tok-view .el-grid-block')].map(b => b.getBoundingClientRect().right)")
+    assert blocks and max(blocks) <= size[0], blocks  # blocks wrap to the width instead of running off it
+    assert page.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth + 1")
+    page.get_by_role("tab", name="Run").click()
     font = lambda: page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('#strip .el-strip, #strip')).fontSize)")  # noqa: E731
     small = font()
     page.locator("#projector input").check()
     page.wait_for_function("() => document.querySelector('.gradio-container').classList.contains('el-large')")
     assert font() >= 28 > small
     page.locator("#strip").scroll_into_view_if_needed()
-    shot(page, f"layout-{size[0]}x{size[1]}-{theme}")
+    if (size, theme) in README_LAYOUTS:
+        shot(page, f"layout-{size[0]}x{size[1]}-{theme}")
+    if size[0] < 600 and theme == "dark":  # the Compare stats table fits a phone (a run per column)
+        page.get_by_role("tab", name="Compare").click()
+        box = page.locator("#cmp-tokens input[type=number]")
+        box.fill("8")
+        box.press("Enter")
+        page.locator("#cmp-button").click()
+        page.wait_for_function("() => /Done/.test(document.querySelector('#cmp-status')?.innerText || '')")
+        table = page.evaluate("""() => { const box = document.querySelector('#cmp-table').getBoundingClientRect();
+            const t = document.querySelector('#cmp-table table').getBoundingClientRect(); return [box.right, t.right]; }""")
+        assert table[1] <= table[0] + 1 <= size[0] + 1, table
+        assert "safe" in page.locator("#cmp-table").inner_text() and "E/T" in page.locator("#cmp-table").inner_text()
     context.close()
 
 

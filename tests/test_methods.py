@@ -66,6 +66,11 @@ def test_sofia_split_blocks_fusion(embedded):
         assert record.details["blocked_by"] == ["gemma3"] and record.details["boundary"] == start
         assert record.details["splits"]["gemma3"][0][0] == "Sofia"
         assert [s[0] for s in record.details["splits"]["smollm2"][:3]] == ["S", "of", "ia"]
+        # what gemma3 wanted there, read where its own token "Sofia" starts (the verification pass's row there)
+        assert record.details["verifier_from"] == {"gemma3": 0} and record.details["verifier_tokens"] == {"gemma3": "Sofia"}
+        tops = record.details["per_model_top"]
+        assert list(tops) == ["smollm2", "gemma3"] and tops["smollm2"] == record.topk
+        assert "Sofia" in [k for k, _ in tops["gemma3"]]
     assert by_start[5].decision != "oov_blocked"  # after "Sofia" both tokenizers have an edge
 
 

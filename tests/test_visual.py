@@ -493,9 +493,21 @@ def test_topk_figure_bars():
     record = next(r for r in math.tokens if r.decision == "ensembled_replaced")
     fig = visual.topk_figure(math, record.index)
     assert len(fig.data) == len(record.fusion.per_model)
+    assert len({tuple(bars.y) for bars in fig.data}) == 1  # aligned: every panel has the same keys in one order
+    best = {}
+    for top in record.fusion.per_model.values():
+        for key, p in top:
+            best[key] = max(best.get(key, 0), p)
+    shown = [charts.label(k) for k in sorted(best, key=lambda k: -best[k])]
+    assert list(fig.data[0].y) == [k for k in shown if k in fig.data[0].y]  # ordered by the best probability
     for bars, (model, top) in zip(fig.data, record.fusion.per_model.items(), strict=True):
-        assert list(bars.x) == [p for _, p in top]
+        drawn = dict(zip(bars.y, bars.x, strict=True))
+        assert all(drawn[charts.label(k)] == p for k, p in top if charts.label(k) in drawn)
+        assert charts.label(top[0][0]) in drawn  # each model's favourite is always shown
+        outside = [t for y, t in zip(bars.y, bars.text, strict=True) if y not in {charts.label(k) for k, _ in top}]
+        assert all(t.startswith("not in its top") for t in outside)
         assert bars.name == model
+    assert fig.layout.height >= 90 + len(fig.data) * 20 * len(fig.data[0].y)  # stacked, one panel per model
     colours = {c for bars in fig.data for c in bars.marker.color}
     assert {charts.CHOSEN, charts.DRAFT} <= colours
     assert all("%{customdata}" in bars.hovertemplate for bars in fig.data)
@@ -505,7 +517,8 @@ def test_topk_figure_bars():
     fig = visual.topk_figure(safe_trace, 3)
     assert [bars.name for bars in fig.data] == list(top) == safe_trace.models
     for bars, pairs in zip(fig.data, top.values(), strict=True):
-        assert list(bars.x) == [p for _, p in pairs]
+        drawn = dict(zip(bars.y, bars.x, strict=True))
+        assert all(drawn[charts.label(k)] == p for k, p in pairs if charts.label(k) in drawn)
         assert bars.marker.color[0] == charts.CHOSEN and bars.text[0] == "chosen"  # everyone's favourite is " went"
     fig = visual.topk_figure(safe_trace, 5)  # the draft is " Pl"; gemma3's own next token there is " P"
     gemma = next(bars for bars in fig.data if bars.name == "gemma3")
@@ -621,11 +634,13 @@ def test_forward_time_shows_when_recorded():
 def test_compare_frame_and_figure():
     traces = {name: load(name) for name in NAMES}
     frame = visual.compare_frame(traces)
-    assert list(frame["label"]) == NAMES
-    assert list(frame["tokens"]) == [t.stats.generated_tokens for t in traces.values()]
-    assert list(frame["E/T"]) == [t.stats.et_ratio for t in traces.values()]
-    assert frame.loc[frame["label"] == "safe", "oov_blocked"].item() == traces["safe"].stats.decisions["oov_blocked"]
-    assert frame.loc[frame["label"] == "single", "oov_blocked"].item() == 0
+    assert list(frame.columns) == ["measure", *NAMES]  # a run per column: two to four runs fit a phone
+    row = {m: frame.iloc[i] for i, m in enumerate(frame["measure"])}
+    assert [row["tokens"][n] for n in NAMES] == [t.stats.generated_tokens for t in traces.values()]
+    assert [row["E/T"][n] for n in NAMES] == [t.stats.et_ratio for t in traces.values()]
+    assert [row["method"][n] for n in NAMES] == [t.method for t in traces.values()]
+    assert row["oov_blocked"]["safe"] == traces["safe"].stats.decisions["oov_blocked"]
+    assert row["oov_blocked"]["single"] == 0
     fig = visual.compare_figure(traces)
     assert len(fig.data) == 2 and all(len(bars.x) == len(NAMES) for bars in fig.data)
     assert list(fig.data[0].y) == [t.stats.latency_s for t in traces.values()]
@@ -1009,7 +1024,7 @@ def test_a_replaced_token_shows_its_whole_discarded_draft():
 
 
 def test_the_aligned_view_packs_blocks_that_fit_a_phone_and_keeps_the_texts_line_breaks():
-    from visual.aligned import BLOCK_CHARS
+    from visual.aligned import BLOCK_CHARS, GUTTER_CHARS
 
     words = "Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning\nand bakes muffins."
     tokens, pos = [], 0
@@ -1023,9 +1038,34 @@ def test_the_aligned_view_packs_blocks_that_fit_a_phone_and_keeps_the_texts_line
     blocks = html.split('<div class="el-grid-block">')[1:]
     texts = ["".join(i["text"] for i in grid_items(b) if i["cls"][0] == "el-axis").replace("↵", "\n") for b in blocks]
     assert "".join(texts) == words  # every character once, in order (a newline is drawn as ↵)
-    assert all(len(t) <= BLOCK_CHARS for t in texts) and len(texts) >= 3
+    def width(t: str) -> float:  # characters plus a gutter per token (one segment per word here)
+        return len(t) + GUTTER_CHARS * len(re.findall(r" ?\S+|\n", t))
+
+    assert all(width(t) <= BLOCK_CHARS for t in texts) and len(texts) >= 3
     # each block is filled as far as the next word allows, so blocks are not needlessly short
     for t, nxt in pairwise(texts):
-        assert t.endswith("\n") or len(t) + len(re.match(r" ?\S+|\n", nxt).group()) > BLOCK_CHARS
+        assert t.endswith("\n") or width(t + re.match(r" ?\S+|\n", nxt).group()) > BLOCK_CHARS
     assert html.count('class="el-grid-break"') == 1
     assert next(t for t in texts if t.endswith("\n")).endswith("morning\n")
+
+
+def test_a_blocked_token_shows_what_each_verifier_wanted_where_its_own_token_starts():
+    """SAFE keeps, from the verification pass, a blocked verifier's row where its own token starts: the inspector
+    draws every model's top-k for a blocked token, not only the drafter's, and says what the verifier wanted."""
+    trace = load("safe")
+    record = trace.tokens[1]  # "of" inside "Sofia": gemma3 has no edge at 1
+    assert record.decision == "oov_blocked"
+    before = visual.topk_figure(trace, 1)
+    assert [bars.name for bars in before.data] == ["smollm2"]  # a trace written before: the drafter only
+    record.details.per_model_top = {"smollm2": record.topk, "gemma3": [["Sofia", 0.49], [" S", 0.2]], "qwen": [["of", 0.97]]}
+    record.details.verifier_from = {"gemma3": 0, "qwen": 1}
+    record.details.verifier_tokens = {"gemma3": "Sofia", "qwen": "of"}
+    fig = visual.topk_figure(trace, 1)
+    assert [bars.name for bars in fig.data] == ["smollm2", "gemma3", "qwen"]
+    gemma = dict(zip(fig.data[1].y, fig.data[1].x, strict=True))
+    assert gemma["Sofia"] == 0.49 and fig.data[1].text[list(fig.data[1].y).index("Sofia")] == "own next token"
+    assert "blocked verifier" in fig.layout.title.text
+    text = visual.explain(trace, 1)
+    assert "Where its own token starts (character 0), <b>gemma3</b>" in text and "0.49" in text
+    again = RunTrace.from_json(trace.to_json())  # the fields survive a save and a load
+    assert again.tokens[1].details.verifier_from == {"gemma3": 0, "qwen": 1}

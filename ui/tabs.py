@@ -260,7 +260,7 @@ def build_compare_tab(model_choices: list[str], default_models: list[str]) -> Co
     cmp_status = gr.HTML(elem_id="cmp-status")
     cmp_view = gr.HTML(elem_id="cmp-view", js_on_load=COMPARE_JS)
     cmp_inspect = gr.HTML('<p class="el-muted">Click a token in a card to see why.</p>', elem_id="cmp-inspect")
-    cmp_table = gr.Dataframe(label="Stats", elem_id="cmp-table")
+    cmp_table = gr.Dataframe(label="Stats (a run per column)", elem_id="cmp-table", wrap=True, pinned_columns=1)
     cmp_plot = gr.Plot(label="Latency and E/T", elem_id="cmp-plot")
     cmp_html = gr.File(label="This comparison as one page (HTML, opens offline)", elem_id="cmp-html")
     return CompareTab(cmp_prompt, cmp_methods, cmp_models, cmp_tokens, cmp_button, cmp_stop, cmp_view, cmp_table, cmp_plot, cmp_html,

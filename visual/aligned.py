@@ -14,7 +14,8 @@ from itertools import pairwise
 
 from .escape import safe, whitespace
 
-BLOCK_CHARS = 28  # at most (unless one token is longer): a block fits a 390 px phone, wide screens hold several
+BLOCK_CHARS = 28  # widest block, in characters with gutters (unless one token is wider): it fits a 390 px phone
+GUTTER_CHARS = 0.85  # the 7 px gap a segment adds, in 14 px monospace characters
 
 
 @dataclass
@@ -66,7 +67,8 @@ def grid_html(
 
     Args:
         mark: an offset to draw as the decision point (a solid line across all rows).
-        block_chars: wrap into blocks of at most this many characters, unless one token is longer (None: one block).
+        block_chars: wrap into blocks at most this wide (characters, plus :data:`GUTTER_CHARS` per segment), unless
+            one token is wider (None: one block).
     """
     rows = [Row(r.name, [b for b in r.boxes if lo <= b.start < b.end <= hi], r.title, r.gap_title) for r in rows]
     inside = _inside(rows)
@@ -75,10 +77,15 @@ def grid_html(
     blocks: list[tuple[int, int]] = []
     start = lo
     last_clean = None  # the latest offset since ``start`` where a block may end
+    cut_set = set(cuts)
+
+    def width(a: int, b: int) -> float:  # in characters: the text plus the gutter each segment adds
+        return (b - a) + GUTTER_CHARS * sum(1 for x in range(a + 1, b + 1) if x in cut_set)
+
     for c in cuts[1:]:
         if block_chars is None:
             break
-        if c - start > block_chars and last_clean is not None:  # c would make the block too long: end it before
+        if width(start, c) > block_chars and last_clean is not None:  # c would make the block too wide: end it before
             blocks.append((start, last_clean))
             start, last_clean = last_clean, None
         if c == hi:

@@ -7,12 +7,10 @@ trace goes through :func:`label` or :func:`hover_table`; hover templates never c
 
 from __future__ import annotations
 
-import math
-
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ensemble.trace import CheckedDetails, RunTrace, unique_labels
+from ensemble.trace import CheckedDetails, OovBlockedDetails, RunTrace, unique_labels
 
 from . import records as rd
 from .escape import safe
@@ -60,7 +58,7 @@ def style(fig: go.Figure, height: int, title: str | None = None) -> go.Figure:
     """Layout shared by all figures: transparent (theme-neutral) background, monospace hover boxes."""
     fig.update_layout(
         height=height,
-        margin=dict(l=10, r=20, t=60 if title else 40, b=30),
+        margin=dict(l=10, r=20, t=(80 if "<br>" in title else 60) if title else 40, b=30),  # titles break to fit a phone
         paper_bgcolor="rgba(0,0,0,0)",
         plot_bgcolor="rgba(0,0,0,0)",
         font=dict(color="#7f7f7f", size=12),
@@ -98,7 +96,7 @@ def _top_lists(record) -> tuple[dict[str, list[tuple[str, float]]], str]:
         per_model = {m: rd.pairs(v)[:10] for m, v in rd.mapping(fusion.per_model).items()}
         if any(per_model.values()):
             return per_model, "fusion"
-    checked = record.details.per_model_top if isinstance(record.details, CheckedDetails) else None
+    checked = record.details.per_model_top if isinstance(record.details, CheckedDetails | OovBlockedDetails) else None
     per_model = {m: rd.pairs(v)[:10] for m, v in rd.mapping(checked).items()}
     if any(per_model.values()):
         return per_model, "per_model_top"
@@ -106,8 +104,26 @@ def _top_lists(record) -> tuple[dict[str, list[tuple[str, float]]], str]:
     return ({str(record.model): top} if top else {}), "topk"
 
 
+MAX_ALIGNED_KEYS = 10  # keys drawn in each model's panel (plus any chosen, draft or own next token beyond them)
+
+
+def _aligned_keys(per_model: dict[str, list[tuple[str, float]]], marked: set) -> list[str]:
+    """The keys every model's panel shows, in one order: the most probable in any model first, the marked ones
+    (chosen, draft, a verifier's own next token) and each model's favourite always among them."""
+    best: dict[str, float] = {}
+    for top in per_model.values():
+        for key, p in top:
+            best[key] = max(best.get(key, 0.0), rd.number(p) or 0.0)
+    by_best = sorted(best, key=lambda k: -best[k])
+    must = {k for k in marked if k in best} | {top[0][0] for top in per_model.values()}
+    shown = set(by_best[:MAX_ALIGNED_KEYS]) | must
+    return [k for k in by_best if k in shown]
+
+
 def topk_figure(trace: RunTrace, index) -> go.Figure | None:
-    """Each model's top-k at token ``index`` as horizontal bars (one trace per model); None without data.
+    """Each model's top-k at token ``index`` as horizontal bars, one panel per model stacked in one column (a
+    phone's width holds it), every panel with the same keys in the same order, so a key the models rate
+    differently reads straight down; a key outside one model's top-k is labelled so. None without data.
 
     The bars come from the fusion's per-model top-k when the token was fused, else from SAFE's
     ``details.per_model_top`` (drafter and verifiers at the boundary), else from the record's own ``topk``
@@ -127,25 +143,22 @@ def topk_figure(trace: RunTrace, index) -> go.Figure | None:
         fused = dict(rd.pairs(record.fusion.before))
     else:
         chosen, draft = record.text, None
-        tokens = record.details.verifier_tokens if isinstance(record.details, CheckedDetails) else None
+        tokens = record.details.verifier_tokens if isinstance(record.details, CheckedDetails | OovBlockedDetails) else None
         own = {m: k for m, k in rd.mapping(tokens).items() if isinstance(k, str)}
     n = len(per_model)
-    cols = min(n, 3)
-    n_rows = math.ceil(n / cols)
-    fig = make_subplots(
-        rows=n_rows,
-        cols=cols,
-        subplot_titles=[label(m, glyphs=False) for m in per_model],
-        horizontal_spacing=0.16,
-        vertical_spacing=0.12,
-    )
+    keys = _aligned_keys(per_model, {chosen, draft, *own.values()})
+    fig = make_subplots(rows=n, cols=1, shared_xaxes=True, subplot_titles=[label(m, glyphs=False) for m in per_model],
+                        vertical_spacing=min(0.12, 0.3 / n))
+    names = unique([label(k) for k in keys])
     for i, (model, top) in enumerate(per_model.items()):
-        keys = [k for k, _ in top]
         mine = own.get(model, chosen)
         name = "chosen" if mine == chosen else "own next token"
-        hover = []
-        for rank, (key, p) in enumerate(top, start=1):
-            rows = [("key", label(key)), ("model", f"{label(model)} (rank {rank})"), ("p", prob(p))]
+        probs = dict(top)
+        hover, text = [], []
+        for key in keys:
+            rank = next((r for r, (k, _) in enumerate(top, start=1) if k == key), None)
+            where = f"rank {rank}" if rank else f"not in its top {len(top)}"
+            rows = [("key", label(key)), ("model", f"{label(model)} ({where})"), ("p", prob(probs.get(key)))]
             if key in fused:
                 rows.append(("fused p", prob(fused[key])))
             for other, other_top in per_model.items():
@@ -154,33 +167,35 @@ def topk_figure(trace: RunTrace, index) -> go.Figure | None:
             if mark := _marks(key, mine, draft, name):
                 rows.append(("marked", mark))
             hover.append(hover_table(rows))
+            text.append(_marks(key, mine, draft, name) if key in probs else f"not in its top {len(top)}")
         fig.add_trace(
             go.Bar(
-                x=[p for _, p in top],
-                y=unique([label(k) for k in keys]),
+                x=[probs.get(k, 0.0) for k in keys],
+                y=names,
                 orientation="h",
                 name=label(model, glyphs=False),
                 marker_color=[_colour(k, mine, draft) for k in keys],
                 marker_pattern_shape=[DRAFT_PATTERN if draft is not None and k == draft and k != mine else "" for k in keys],
-                text=[_marks(k, mine, draft, name) for k in keys],
+                text=text,
                 textposition="outside",
                 cliponaxis=False,
                 customdata=hover,
                 hovertemplate="%{customdata}<extra></extra>",
             ),
-            row=i // cols + 1,
-            col=i % cols + 1,
+            row=i + 1,
+            col=1,
         )
     fig.update_yaxes(autorange="reversed", automargin=True)
     fig.update_xaxes(range=[0, 1.22], tickvals=[0, 0.25, 0.5, 0.75, 1], tickformat=".0%")
-    longest = max(len(v) for v in per_model.values())
     if n == 1:
-        title = f"Top choices of {label(next(iter(per_model)), glyphs=False)} (dark: chosen)"
+        title = f"Top choices of {label(next(iter(per_model)), glyphs=False)}<br>(dark: chosen)"
     elif source == "fusion":
-        title = "Each model's top choices (dark: chosen, hatched: the draft)"
+        title = "Each model's top choices<br>(dark: chosen, hatched: the draft)"
+    elif isinstance(record.details, OovBlockedDetails):
+        title = "Top choices: the drafter here, a blocked verifier where<br>its own token starts (dark: the draft, or its own token)"
     else:
-        title = "Each model's top choices at the boundary (dark: the draft, or a verifier's own next token)"
-    return style(fig, 90 + n_rows * (22 * longest + 40), title)
+        title = "Each model's top choices at the boundary<br>(dark: the draft, or a verifier's own next token)"
+    return style(fig, 90 + n * (20 * len(keys) + 40), title)
 
 
 def fusion_figure(trace: RunTrace, index) -> go.Figure | None:

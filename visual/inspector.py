@@ -18,40 +18,14 @@ from ensemble.trace import (
 )
 
 from . import records as rd
+from .blocked import explain_blocked
 from .escape import safe, whitespace
-from .numbers import number_text
 from .strip import group_of
 from .style import DECISION_LABELS, DECISION_STYLE, END_MARKER, model_class, swatch
+from .wording import _is_end, _join, _k, _m, _p, _verb
 
 FUSION_NAMES = {"unite": "UniTE", "gac": "GaC"}
 LOW_PROB = 0.1  # below this, a model that has the chosen key "barely wanted it"
-
-
-def _k(text: str) -> str:
-    """A token or key, quoted visibly (whitespace drawn)."""
-    return f'<code class="el-key">{whitespace(text, True, breaks=False)}</code>'
-
-
-def _m(name) -> str:
-    return f"<b>{safe(name)}</b>"
-
-
-def _p(value) -> str:
-    return number_text(value, 2, missing="?", tiny=True)
-
-
-def _join(items: list[str]) -> str:
-    if len(items) <= 1:
-        return "".join(items)
-    return ", ".join(items[:-1]) + " and " + items[-1]
-
-
-def _verb(who: list, one: str, many: str) -> str:
-    return one if len(who) == 1 else many
-
-
-def _is_end(record: TokenRecord, trace: RunTrace) -> bool:
-    return rd.is_end(record, len(trace.text))
 
 
 def _fusion_name(record: TokenRecord, trace: RunTrace) -> str:
@@ -194,86 +168,6 @@ def _explain_consensus(record: TokenRecord, trace: RunTrace) -> list[str]:
         )
     listed = _probs(d)
     return [first, f"Mean probability {mean}: {listed}." if listed else ""]
-
-
-def _region(a: list[tuple[str, int, int]], b: list[tuple[str, int, int]], boundary: int) -> tuple[int, int] | None:
-    """The smallest stretch around ``boundary`` where both tokenizations have an edge at each end."""
-    edges_a = {t[1] for t in a} | {t[2] for t in a}
-    edges_b = {t[1] for t in b} | {t[2] for t in b}
-    start = end = boundary
-    for _ in range(64):
-        grow = False
-        for tokens, edges in ((a, edges_a), (b, edges_b)):
-            for _text, s, e in tokens:
-                if s < start < e or (start not in edges and s < start <= e):
-                    start, grow = s, True
-                if s < end < e or (end not in edges and s <= end < e):
-                    end, grow = e, True
-        if not grow:
-            break
-    if start < boundary < end and start in edges_a and start in edges_b and end in edges_a and end in edges_b:
-        return start, end
-    return None
-
-
-def _cut(tokens: list[tuple[str, int, int]], start: int, end: int) -> str:
-    return "|".join(whitespace(t[0], True, breaks=False) for t in tokens if start <= t[1] and t[2] <= end)
-
-
-def _explain_blocked(record: TokenRecord, trace: RunTrace) -> list[str]:
-    d = record.details
-    blocked = rd.names(d.blocked_by)
-    splits = rd.splits(d.splits, len(trace.text) + rd.MAX_WINDOW)
-    drafter = rd.drafter_of(record, trace)
-    boundary = rd.integer(d.boundary)
-    end = _is_end(record, trace)
-    sentences = [f"The drafter {_m(drafter)} proposed to stop here."] if end else []
-    if record.condition == "inside_character" or boundary is None:
-        sentences.append(
-            f"The draft token {_k(record.text)} starts inside a multi-byte character: its first bytes came from an "
-            f"earlier token, so no model can start a token here and {_join([_m(v) for v in blocked]) or 'the verifiers'} "
-            "would be handed a broken character."
-        )
-    else:
-        # Verifiers that cut the same stretch the same way share one sentence.
-        found: dict[tuple, list[str]] = {}
-        for v in blocked:
-            region = _region(splits.get(v, []), splits.get(drafter, []), boundary)
-            if region is None:
-                found.setdefault(("none",), []).append(v)
-                continue
-            tokens = [t for t in splits[v] if region[0] <= t[1] and t[2] <= region[1]]
-            whole = "".join(t[0] for t in tokens)
-            found.setdefault((region, whole, len(tokens), _cut(splits[v], *region)), []).append(v)
-        for key, verifiers in found.items():
-            who = _join([_m(v) for v in verifiers])
-            it, they = _verb(verifiers, "it", "them"), _verb(verifiers, "it", "they")
-            if key == ("none",):
-                sentences.append(
-                    f"{who} {_verb(verifiers, 'has', 'have')} no token edge at character {int(boundary)}, so fusing here "
-                    f"would hand {it} a prefix {they} never produced."
-                )
-                continue
-            (start, stop), whole, count, verifier_cut = key
-            mine = f'<code class="el-key">{_cut(splits[drafter], start, stop)}</code>'
-            if count == 1:
-                how = f"{_verb(verifiers, 'keeps', 'keep')} {_k(whole)} as one token"
-            else:
-                how = f"{_verb(verifiers, 'cuts', 'cut')} {_k(whole)} as <code class=\"el-key\">{verifier_cut}</code>"
-            sentences.append(
-                f"{who} {how} while {_m(drafter)} has {mine}, so fusing here would hand {who} a prefix {they} never produced."
-            )
-    if end:
-        sentences.append(f"SAFE's stability check could not fuse here, so it accepted the end of the answer as {_m(drafter)} proposed it.")
-    else:
-        sentences.append(f"SAFE's stability check accepted the draft token {_k(record.text)} as {_m(drafter)} wrote it, without ensembling.")
-    aligned = [m for m in splits if m != drafter and m not in blocked]
-    if aligned and boundary is not None:
-        sentences.append(
-            f"{_join([_m(m) for m in aligned])} {_verb(aligned, 'has', 'have')} a token edge here too; one verifier without "
-            "one is enough to block fusing."
-        )
-    return sentences
 
 
 def _discarded(record: TokenRecord, trace: RunTrace) -> str:
@@ -436,7 +330,7 @@ def _explain_segment(record: TokenRecord, trace: RunTrace) -> list[str]:
 _EXPLAINERS = {  # each reads the details record of its decision (the record's type follows its decision)
     Decision.DRAFTER: _explain_drafter,
     Decision.CONSENSUS: _explain_consensus,
-    Decision.OOV_BLOCKED: _explain_blocked,
+    Decision.OOV_BLOCKED: explain_blocked,
     Decision.ENSEMBLED_KEPT: _explain_ensembled,
     Decision.ENSEMBLED_REPLACED: _explain_ensembled,
     Decision.FUSED: _explain_fused,

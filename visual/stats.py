@@ -133,26 +133,24 @@ def stats_html(trace: RunTrace) -> str:
 
 # -- comparing runs ------------------------------------------------------------------------------------------
 def compare_frame(traces: dict[str, RunTrace]) -> pd.DataFrame:
-    """One row per run: label, method, models, tokens, E/T, latency, tokens/s, first token, decision counts."""
+    """One column per run, one row per measure: method, models, tokens, E/T, latency, tokens/s, first token, then
+    the decision counts. Runs are columns because there are two to four of them and a dozen measures: the table
+    then fits a phone's width (a run per row would need eleven columns)."""
     present = _ordered_decisions({d: 1 for t in traces.values() for d in rd.mapping(t.stats.decisions)})
-    rows = []
-    for name, trace in traces.items():
-        s = trace.stats
-        decisions = rd.mapping(s.decisions)
-        row = {
-            "label": name,
-            "method": trace.method,
-            "models": ", ".join(map(str, trace.models)),
-            "tokens": s.generated_tokens,
-            "E/T": s.et_ratio,
-            "latency (s)": s.latency_s,
-            "tokens/s": s.tokens_per_s,
-            "first token (s)": s.first_token_s,
-        }
-        row.update({d: decisions.get(d, 0) for d in present})
-        rows.append(row)
-    columns = ["label", "method", "models", "tokens", "E/T", "latency (s)", "tokens/s", "first token (s)", *present]
-    return pd.DataFrame(rows, columns=columns)
+    measures: list[tuple[str, list]] = [
+        ("method", [t.method for t in traces.values()]),
+        ("models", [", ".join(map(str, t.models)) for t in traces.values()]),
+        ("tokens", [t.stats.generated_tokens for t in traces.values()]),
+        ("E/T", [t.stats.et_ratio for t in traces.values()]),
+        ("latency (s)", [t.stats.latency_s for t in traces.values()]),
+        ("tokens/s", [t.stats.tokens_per_s for t in traces.values()]),
+        ("first token (s)", [t.stats.first_token_s for t in traces.values()]),
+    ]
+    measures += [(d, [rd.mapping(t.stats.decisions).get(d, 0) for t in traces.values()]) for d in present]
+    columns = {"measure": pd.Series([m for m, _ in measures], dtype=object)}
+    for i, name in enumerate(traces):
+        columns[str(name)] = pd.Series([values[i] for _, values in measures], dtype=object)
+    return pd.DataFrame(columns)
 
 
 def compare_figure(traces: dict[str, RunTrace]) -> go.Figure | None:
@@ -160,7 +158,7 @@ def compare_figure(traces: dict[str, RunTrace]) -> go.Figure | None:
     if not traces:
         return None
     names = unique([label(n, glyphs=False) for n in traces])
-    fig = make_subplots(rows=1, cols=2, subplot_titles=["latency (s)", "E/T (ensemble steps per token)"], horizontal_spacing=0.15)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["latency (s)", "E/T (steps per token)"], horizontal_spacing=0.15)
     for col, (metric, values) in enumerate(
         [("latency (s)", [t.stats.latency_s for t in traces.values()]), ("E/T", [t.stats.et_ratio for t in traces.values()])], start=1
     ):

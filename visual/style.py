@@ -166,6 +166,9 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
   .el-table, .el-grid-wrap { overflow-x: auto; max-width: 100%;
     background: linear-gradient(to left, var(--el-faint), transparent 24px) right / 24px 100% no-repeat local; }
   .el-cand { grid-template-columns: 1fr; }
+  /* Gradio moves tabs that do not fit into a "…" menu (it measures a hidden copy of the buttons, which these
+     rules shrink too): tighter tab buttons let all five labels fit a 390 px phone. */
+  .tab-wrapper .tab-container button { padding-left: 6px !important; padding-right: 6px !important; font-size: 13px !important; }
 }
 .el-kept { white-space: pre-wrap; opacity: 0.6; border-bottom: 2px dotted var(--el-line); }
 .el-fork { display: grid; grid-template-columns: repeat(auto-fit, minmax(280px, 1fr)); gap: 10px; margin-top: 6px; }

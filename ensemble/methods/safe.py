@@ -24,6 +24,7 @@ re-tokenization, and a per-token trace of every decision.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,6 +51,18 @@ SPLIT_WINDOW = 12
 
 Edges = dict[str, dict[int, tuple[int | None, torch.Tensor]]]
 """verifier -> boundary -> (its own next token there, None for its end of sequence; its logits there)."""
+
+
+def _covering_starts(starts: set[int], edges: set[int]) -> dict[int, int]:
+    """For each offset in ``starts`` that is not in a model's ``edges``: the nearest edge before it, where the
+    model's token that covers the offset starts (offsets before its first edge are left out)."""
+    ordered = sorted(edges)
+    out = {}
+    for b in starts - edges:
+        i = bisect.bisect_left(ordered, b)
+        if i > 0:
+            out[b] = ordered[i - 1]
+    return out
 
 
 @dataclass
@@ -160,6 +173,7 @@ class Safe:
         # sampled draft made early would draw from the generator in another order than the sequential run).
         self.pipelined = run.backend.parallel and self.chooser.greedy and bool(self.verifiers)
         self.ahead: Ahead | None = None
+        self.inside: dict[str, dict[int, int]] = {}  # per verifier, this round: a draft boundary -> its token's start
         self.whole = True  # the last round accepted its draft whole and did not end (drafting ahead pays only then)
 
     # -- 1. Draft ------------------------------------------------------------------------------------------
@@ -181,12 +195,15 @@ class Safe:
         drafter = self.drafter
         for v in self.verifiers:
             v.follow(drafter)  # same tokenizer: condition on the drafter's very tokens
-        wanted = {drafter.token_start(draft.first + j) for j in range(len(draft.tokens))}
-        for v in self.verifiers:
-            wanted &= set(v.boundaries_from(draft.base))
+        starts = {drafter.token_start(draft.first + j) for j in range(len(draft.tokens))} - {None}
+        own = {v.name: set(v.boundaries_from(draft.base)) for v in self.verifiers}
+        self.inside = {v.name: _covering_starts(starts, own[v.name]) for v in self.verifiers}
+        # Rows beyond the shared boundaries, from the same pass, for the inspector at blocked tokens: a verifier's
+        # row at each draft boundary it has, and where its token around each one it lacks starts.
+        rows_at = {v.name: (starts & own[v.name]) | set(self.inside[v.name].values()) for v in self.verifiers}
 
         def job(v: ModelAdapter):
-            return v.distributions_from(draft.base, wanted), time.perf_counter()
+            return v.distributions_from(draft.base, rows_at[v.name]), time.perf_counter()
 
         started = time.perf_counter()
         wait = self.run.backend.submit(job, self.verifiers)
@@ -258,7 +275,8 @@ class Safe:
             blocked = [v for v in self.verifiers if boundary is None or boundary not in v.boundaries_from(boundary)]
             if blocked:
                 condition = "inside_character" if boundary is None else "misaligned"
-                details = OovBlockedDetails(blocked_by=[v.name for v in blocked], boundary=boundary)
+                details = OovBlockedDetails(blocked_by=[v.name for v in blocked], boundary=boundary,
+                                            **self.tops_when_blocked(boundary, edges, probs))
                 verdict = Verdict(Decision.OOV_BLOCKED, details, condition=condition)
             else:
                 verdict = self.check(token_id, key, logits, probs, boundary, edges, end)
@@ -267,6 +285,28 @@ class Safe:
             verdict.details.splits = {a.name: a.tokens_near(at) for a in self.order}
         verdict.topk = model_topk(drafter, k=5, probs=probs)
         return verdict
+
+    def tops_when_blocked(self, boundary: int | None, edges: Edges, probs) -> dict:
+        """What each model wanted where the stability check blocked fusion, for the inspector (no decision reads
+        it): the drafter's top-k at the boundary; a verifier with an edge there, its top-k there; a blocked one,
+        its top-k where its own token around the boundary starts (``verifier_from``), the token it would write
+        instead of the drafter's cut (``verifier_tokens``). These rows come from the verification pass already
+        made, so recording them costs no forward pass. Empty inside a character (no verifier row means anything)."""
+        if boundary is None:
+            return {}
+        tops = {self.drafter.name: model_topk(self.drafter, k=5, probs=probs)}
+        start, tokens = {}, {}
+        for v in self.verifiers:
+            at = boundary if boundary in edges[v.name] else self.inside.get(v.name, {}).get(boundary)
+            if at is None or at not in edges[v.name]:
+                continue
+            next_id, row = edges[v.name][at]
+            tops[v.name] = model_topk(v, k=5, probs=torch.softmax(row.float(), dim=-1))
+            start[v.name] = at
+            tokens[v.name] = "<eos>" if next_id is None else display_key(v.keys.key(next_id))
+        if len(tops) == 1:
+            return {}
+        return {"per_model_top": tops, "verifier_from": start, "verifier_tokens": tokens}
 
     def check(self, token_id, key, logits, probs, boundary, edges: Edges, end: bool) -> Verdict:
         """3b. consensus, 3c. GaC's gate (off: ``gate`` None), 3d. fusion, at a boundary every verifier shares.
