@@ -158,7 +158,8 @@ def build_run_tab(model_choices: list[str], default_models: list[str], runtimes:
     status = gr.HTML(elem_id="status")  # HTML built by visual.status_html: Markdown would fetch ![x](url)
     legend = gr.HTML(elem_id="legend")
     strip = gr.HTML(value="", elem_id="strip", elem_classes=["el-strip"], js_on_load=STRIP_JS)
-    strip_png = gr.Button("Save the strip as PNG", size="sm", elem_id="strip-png")
+    with gr.Row():
+        strip_png = gr.Button("Save the strip as PNG", size="sm", elem_id="strip-png", scale=0, min_width=180)
     strip_png.click(None, js=png.STRIP_PNG_JS)  # drawn in the browser: nothing to send to the server
     with gr.Row():
         with gr.Column(scale=1):
