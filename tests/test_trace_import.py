@@ -235,19 +235,24 @@ class SeqClick:
         self.index, self._data = index, {"index": index, "seq": seq}
 
 
+def _session_with(tmp_path, session: str):
+    """The app, a request class of session ``session``, and the safe_math trace that session has loaded."""
+    import app
+
+    class Request:
+        session_hash = session
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(VALID["safe_math"]), encoding="utf-8")
+    app.import_trace(str(path), Request())
+    return app, Request, app.SESSIONS.trace(session)
+
+
 def test_an_overtaken_token_click_is_dropped_and_the_newest_click_is_the_selection(tmp_path):
     """Clicks may be answered in any order (and Gradio replays a deferred event with its first data), so a click's
     answer is dropped once a newer click of the session has come in; the newest click's token is the one a fork
     starts from, whatever order the answers come in."""
-    import app
-
-    class Other:
-        session_hash = "overtaken-clicks"
-
-    path = tmp_path / "t.json"
-    path.write_text(json.dumps(VALID["safe_math"]), encoding="utf-8")
-    app.import_trace(str(path), Other())
-    trace = app.SESSIONS.trace("overtaken-clicks")
+    app, Other, trace = _session_with(tmp_path, "overtaken-clicks")
     assert app.inspect_latest(Other(), SeqClick(3, seq=2)) is not None
     assert app.inspect_latest(Other(), SeqClick(1, seq=1)) is None  # the older click's answer comes too late
     assert app.SESSIONS.get("overtaken-clicks")["selected"] == (trace, 3)
@@ -260,15 +265,7 @@ def test_an_overtaken_token_click_is_dropped_and_the_newest_click_is_the_selecti
 
 
 def test_the_per_token_table_filters_the_sessions_trace_by_decision(tmp_path):
-    import app
-
-    class Me:
-        session_hash = "token-filter"
-
-    path = tmp_path / "t.json"
-    path.write_text(json.dumps(VALID["safe_math"]), encoding="utf-8")
-    app.import_trace(str(path), Me())
-    trace = app.SESSIONS.trace("token-filter")
+    app, Me, trace = _session_with(tmp_path, "token-filter")
     for decision, count in trace.stats.decisions.items():
         table = app.filter_tokens(decision, Me())
         assert len(table) == count and set(table["decision"]) == {decision}
