@@ -199,7 +199,10 @@ class Safe:
         own = {v.name: set(v.boundaries_from(draft.base)) for v in self.verifiers}
         self.inside = {v.name: _covering_starts(starts, own[v.name]) for v in self.verifiers}
         # Rows beyond the shared boundaries, from the same pass, for the inspector at blocked tokens: a verifier's
-        # row at each draft boundary it has, and where its token around each one it lacks starts.
+        # row at each draft boundary it has, and where its token around each one it lacks starts. A round with no
+        # shared boundary used to skip a verifier's pass; it now runs it for these rows, on tokens the next round's
+        # pass would evaluate anyway (the cache keeps them): measured, 73 instead of 72 smollm2 passes on two
+        # 128-token GSM8K answers, the same text, latency within noise (the stop's closing note).
         rows_at = {v.name: (starts & own[v.name]) | set(self.inside[v.name].values()) for v in self.verifiers}
 
         def job(v: ModelAdapter):
@@ -291,7 +294,8 @@ class Safe:
         it): the drafter's top-k at the boundary; a verifier with an edge there, its top-k there; a blocked one,
         its top-k where its own token around the boundary starts (``verifier_from``), the token it would write
         instead of the drafter's cut (``verifier_tokens``). These rows come from the verification pass already
-        made, so recording them costs no forward pass. Empty inside a character (no verifier row means anything)."""
+        made, so they cost output rows, not passes (but see :meth:`verify`). Empty inside a character (no verifier
+        row means anything)."""
         if boundary is None:
             return {}
         tops = {self.drafter.name: model_topk(self.drafter, k=5, probs=probs)}
