@@ -77,10 +77,10 @@ def grid_html(
     blocks: list[tuple[int, int]] = []
     start = lo
     last_clean = None  # the latest offset since ``start`` where a block may end
-    cut_set = set(cuts)
+    rank = {c: i for i, c in enumerate(cuts)}  # between two cuts lie as many segments as their ranks differ
 
     def width(a: int, b: int) -> float:  # in characters: the text plus the gutter each segment adds
-        return (b - a) + GUTTER_CHARS * sum(1 for x in range(a + 1, b + 1) if x in cut_set)
+        return (b - a) + GUTTER_CHARS * (rank[b] - rank[a])
 
     for c in cuts[1:]:
         if block_chars is None:

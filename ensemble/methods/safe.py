@@ -267,6 +267,7 @@ class Safe:
         token_id, logits = draft.tokens[j]
         key = drafter.keys.key(token_id)
         probs = self.chooser.probs(logits)  # once per token: P(d_j), the drafter's top-k
+        topk = model_topk(drafter, k=5, probs=probs)
         end = draft.ends_at(j)
         boundary = len(drafter.text) if end else drafter.token_start(draft.first + j)
         if is_control(key) and not end:
@@ -279,17 +280,17 @@ class Safe:
             if blocked:
                 condition = "inside_character" if boundary is None else "misaligned"
                 details = OovBlockedDetails(blocked_by=[v.name for v in blocked], boundary=boundary,
-                                            **self.tops_when_blocked(boundary, edges, probs))
+                                            **self.tops_when_blocked(boundary, edges, topk))
                 verdict = Verdict(Decision.OOV_BLOCKED, details, condition=condition)
             else:
                 verdict = self.check(token_id, key, logits, probs, boundary, edges, end)
             # How every model cuts the text around this point (what the inspector shows).
             at = boundary if boundary is not None else drafter.covered(draft.first + j)
             verdict.details.splits = {a.name: a.tokens_near(at) for a in self.order}
-        verdict.topk = model_topk(drafter, k=5, probs=probs)
+        verdict.topk = topk
         return verdict
 
-    def tops_when_blocked(self, boundary: int | None, edges: Edges, probs) -> dict:
+    def tops_when_blocked(self, boundary: int | None, edges: Edges, drafter_top: list) -> dict:
         """What each model wanted where the stability check blocked fusion, for the inspector (no decision reads
         it): the drafter's top-k at the boundary; a verifier with an edge there, its top-k there; a blocked one,
         its top-k where its own token around the boundary starts (``verifier_from``), the token it would write
@@ -298,7 +299,7 @@ class Safe:
         row means anything)."""
         if boundary is None:
             return {}
-        tops = {self.drafter.name: model_topk(self.drafter, k=5, probs=probs)}
+        tops = {self.drafter.name: drafter_top}
         start, tokens = {}, {}
         for v in self.verifiers:
             at = boundary if boundary in edges[v.name] else self.inside.get(v.name, {}).get(boundary)
