@@ -11,6 +11,13 @@ Two classes, the same split as the transformers side:
   (``llama_memory_seq_rm`` drops the rest) and evaluates only the new ids, asking llama.cpp for logits only
   at the wanted positions (the output layer is most of a small model's cost: 262k rows for Gemma).
 
+A run that ends hands its context back to the GGUF (:class:`GGUFWeights` keeps ``IDLE_CONTEXTS``), and the next
+run takes it with its KV cells: making a context costs 0.06-0.7 s here (its buffers), and the next run shares at
+least the chat template's head with the last one, often its whole prompt (Compare, a fork, a re-run). Reused
+cells give the rows a fresh context gives, bit for bit: only cells written by passes of ``SHARED_PASS`` or more
+tokens are reused (there llama.cpp computes each row on its own, flash attention being off; short passes use other
+kernels, whose logits differ), and the new run's first pass evaluates at least that many tokens.
+
 Verify-in-line (SpecEM §3.2) maps onto llama.cpp's sequences: the context's cells are shared with one
 sequence per draft block (``llama_memory_seq_cp``, no copy of keys and values in a unified cache), every block
 is evaluated in one batch with its own sequence id and positions restarting after the context, and llama.cpp's
@@ -45,6 +52,14 @@ MAX_CONTEXT = 8192
 """Context cells per run (a run's prompt is at most 2048 tokens by default and its budget at most 4096)."""
 MAX_BLOCKS = 15
 """Draft blocks one verify-in-line pass can hold (one llama.cpp sequence each, after the context's)."""
+SHARED_PASS = 16
+"""Cells another run may reuse come from passes of at least this many tokens, and its first pass evaluates at least
+this many: llama.cpp's CPU kernels give a row the same bits in any pass of 8 or more tokens, but other bits in
+passes of 1-7 (measured on qwen and gemma3, up to 0.71 logits apart; smollm2's Q4_1 the same in all), so twice
+that is used (``tests/test_llamacpp.py`` checks the equality)."""
+IDLE_CONTEXTS = 2
+"""Contexts a GGUF keeps for later runs when a run ends (:class:`GGUFWeights` ``idle``): each holds a KV buffer of
+``MAX_CONTEXT`` cells (qwen 100 MB, smollm2 190 MB, gemma3 150 MB)."""
 
 
 @cache
@@ -107,6 +122,29 @@ class GGUFWeights:
         self.n_params = int(ll.llama_model_n_params(self.ptr))
         self.size_bytes = int(ll.llama_model_size(self.ptr))
         self.context_limit = min(self.n_ctx_train or MAX_CONTEXT, MAX_CONTEXT)
+        self.idle: list[_Context] = []  # contexts of ended runs, the most recent last (LlamaCppModel takes them)
+        self._idle_lock = threading.Lock()
+
+    def take_context(self) -> _Context | None:
+        """The most recently ended run's context with its KV cells, or None (the caller makes one)."""
+        with self._idle_lock:
+            return self.idle.pop() if self.idle else None
+
+    def keep_context(self, context: _Context) -> None:
+        """Keep an ended run's context for the next run (the oldest beyond ``IDLE_CONTEXTS`` is freed)."""
+        with self._idle_lock:
+            self.idle.append(context)
+            extra = self.idle[:-IDLE_CONTEXTS]
+            del self.idle[:-IDLE_CONTEXTS]
+        for old in extra:
+            old.free()
+
+    def free_idle(self) -> None:
+        """Free every kept context (their memory; the next run makes a fresh one)."""
+        with self._idle_lock:
+            idle, self.idle = self.idle, []
+        for context in idle:
+            context.free()
 
     def tokenize(self, text: str, special: bool = False) -> list[int]:
         """llama.cpp's own token ids of ``text`` (no BOS; special tokens parsed only when asked)."""
@@ -123,6 +161,7 @@ class GGUFWeights:
 
     def close(self) -> None:
         if getattr(self, "ptr", None):
+            self.free_idle()
             lib().llama_model_free(self.ptr)
             self.ptr = None
 
@@ -164,27 +203,23 @@ def check_tokenizer(weights: GGUFWeights, tokenizer, name: str) -> None:
             )
 
 
-class LlamaCppModel:
-    """One run's forward passes on llama.cpp: a context whose KV cache follows the ids it is asked about.
+class _Context:
+    """A ``llama_context`` with its batch and what its KV cache holds, handed from run to run by
+    :class:`GGUFWeights` (``take_context`` / ``keep_context``).
 
-    Args:
-        weights: the loaded GGUF (shared).
-        threads: threads of this context's passes (default :func:`default_threads`).
+    Attributes:
+        ids: the ids whose cells the cache holds (sequence 0), in order.
+        batched: per cell, whether a pass of ``SHARED_PASS`` or more tokens wrote it (only those, from the first
+            cell on, are reused by another run).
+        threads: the context's thread count.
     """
 
-    gil_free = True  # its passes are C calls that release the GIL: members can compute in threads
-
-    def __init__(self, weights: GGUFWeights, threads: int | None = None):
+    def __init__(self, weights: GGUFWeights, threads: int):
         ll = lib()
-        self.weights = weights
-        self.device = torch.device("cpu")
-        self.stats = ForwardStats()
-        self.cancel: threading.Event | None = None
-        self.n_ctx = weights.context_limit
         params = ll.llama_context_default_params()
-        params.n_ctx = self.n_ctx
-        params.n_batch = self.n_ctx
-        params.n_ubatch = min(512, self.n_ctx)
+        params.n_ctx = weights.context_limit
+        params.n_batch = weights.context_limit
+        params.n_ubatch = min(512, weights.context_limit)
         params.n_seq_max = MAX_BLOCKS + 1
         params.kv_unified = True  # every sequence sees all cells: the context's cells are shared, not split
         params.swa_full = True  # sliding-window layers keep every cell, so any prefix can be cut back to (Gemma)
@@ -193,20 +228,77 @@ class LlamaCppModel:
         # 1.7 logits apart on Gemma); without it a pass split anywhere gives the same rows bit for bit (tested),
         # so a cut-back cache equals one evaluated afresh.
         params.flash_attn_type = 0
-        self._threads = threads or default_threads()
-        params.n_threads = params.n_threads_batch = self._threads
+        params.n_threads = params.n_threads_batch = threads
         self.ctx = ll.llama_init_from_model(weights.ptr, params)
         if not self.ctx:
-            raise ModelLoadError(f"llama.cpp could not make a context for {weights.name!r} ({self.n_ctx} tokens).")
+            raise ModelLoadError(f"llama.cpp could not make a context for {weights.name!r} ({weights.context_limit} tokens).")
         self.mem = ll.llama_get_memory(self.ctx)
-        self.batch = ll.llama_batch_init(self.n_ctx, 0, MAX_BLOCKS + 1)
+        self.batch = ll.llama_batch_init(weights.context_limit, 0, MAX_BLOCKS + 1)
+        self.threads = threads
+        self.ids: list[int] = []
+        self.batched: list[bool] = []
+
+    def reusable(self) -> int:
+        """How many leading cells another run may reuse: those written by long passes (``SHARED_PASS``)."""
+        return next((i for i, b in enumerate(self.batched) if not b), len(self.batched))
+
+    def clear(self) -> None:
+        lib().llama_memory_clear(self.mem, True)
+        self.ids, self.batched = [], []
+
+    def free(self) -> None:
+        ll = lib()
+        ll.llama_batch_free(self.batch)
+        ll.llama_free(self.ctx)
+        self.ids, self.batched = [], []
+
+
+class LlamaCppModel:
+    """One run's forward passes on llama.cpp: a context whose KV cache follows the ids it is asked about.
+
+    Args:
+        weights: the loaded GGUF (shared).
+        threads: threads of this context's passes (default :func:`default_threads`).
+
+    The context is the last ended run's when the GGUF kept one (see the module's docstring): its cells count as
+    this run's cache from the first pass on, which evaluates at least ``SHARED_PASS`` tokens.
+    """
+
+    gil_free = True  # its passes are C calls that release the GIL: members can compute in threads
+
+    def __init__(self, weights: GGUFWeights, threads: int | None = None):
+        self.weights = weights
+        self.device = torch.device("cpu")
+        self.stats = ForwardStats()
+        self.cancel: threading.Event | None = None
+        self.n_ctx = weights.context_limit
+        self._threads = threads or default_threads()
+        context = weights.take_context()
+        self._recycled = context is not None
+        if context is None:
+            context = _Context(weights, self._threads)
+        elif context.threads != self._threads:
+            lib().llama_set_n_threads(context.ctx, self._threads, self._threads)
+            context.threads = self._threads
+        self._c = context
         self._closed = False
+        self._clean = True
+        self._last_logits: torch.Tensor | None = None
         # One pass at a time, and close() waits for a running one: a run that ends (Stop, an error) frees its
         # contexts while a member thread may still be inside llama_decode.
         self._busy = threading.RLock()
-        self.drop()
 
     # -- state -------------------------------------------------------------------------------------------
+    @property
+    def cache_ids(self) -> list[int]:
+        """The ids the KV cache holds."""
+        return self._c.ids
+
+    @property
+    def recycled(self) -> bool:
+        """Whether this run's context came from an earlier run (until its first pass)."""
+        return self._recycled
+
     @property
     def threads(self) -> int:
         return self._threads
@@ -215,27 +307,32 @@ class LlamaCppModel:
     def threads(self, value: int | None) -> None:
         value = value or default_threads()
         if value != self._threads and not self._closed:
-            lib().llama_set_n_threads(self.ctx, value, value)
+            lib().llama_set_n_threads(self._c.ctx, value, value)
+            self._c.threads = value
         self._threads = value
 
     def drop(self) -> None:
         """Forget the KV cache."""
         with self._busy:
             if not self._closed:
-                lib().llama_memory_clear(self.mem, True)
-            self.cache_ids: list[int] = []
-            self._last_logits: torch.Tensor | None = None
+                self._c.clear()
+            self._recycled = False
+            self._last_logits = None
 
     def close(self) -> None:
-        """Free the context (its KV cache and buffers), after any pass in flight; later passes are refused."""
+        """End the run: after any pass in flight, hand the context (and its KV cells) back to the GGUF for the
+        next run; later passes are refused. A pass that failed may leave cells its ids do not describe, so that
+        context is freed instead."""
         with self._busy:
             if self._closed:
                 return
             self._closed = True
-            ll = lib()
-            ll.llama_batch_free(self.batch)
-            ll.llama_free(self.ctx)
-            self.cache_ids, self._last_logits = [], None
+            self._last_logits = None
+            context = self._c
+            if getattr(self.weights, "ptr", None) and self._clean:
+                self.weights.keep_context(context)
+            else:
+                context.free()
 
     def __del__(self):
         try:  # noqa: SIM105 - at interpreter shutdown even the contextlib module may be gone
@@ -248,9 +345,11 @@ class LlamaCppModel:
             raise Cancelled("Stopped by the user.")
 
     def _crop(self, keep: int) -> None:
-        if keep < len(self.cache_ids):
-            lib().llama_memory_seq_rm(self.mem, 0, keep, -1)
-            del self.cache_ids[keep:]
+        c = self._c
+        if keep < len(c.ids):
+            lib().llama_memory_seq_rm(c.mem, 0, keep, -1)
+            del c.ids[keep:]
+            del c.batched[keep:]
             self._last_logits = None
 
     # -- passes ------------------------------------------------------------------------------------------
@@ -259,7 +358,7 @@ class LlamaCppModel:
         if self._closed:
             raise EnsembleError(f"The llama.cpp context of {self.weights.name} is closed.")
         ll = lib()
-        batch = self.batch
+        batch = self._c.batch
         for i, (token, pos, seq, out) in enumerate(entries):
             batch.token[i] = token
             batch.pos[i] = pos
@@ -268,7 +367,9 @@ class LlamaCppModel:
             batch.logits[i] = out
         batch.n_tokens = len(entries)
         t0 = time.perf_counter()
-        code = ll.llama_decode(self.ctx, batch)
+        self._clean = False  # until the pass returns: a context left mid-pass is not handed to another run
+        code = ll.llama_decode(self._c.ctx, batch)
+        self._clean = code == 0
         if code != 0:
             raise EnsembleError(f"llama.cpp failed to evaluate {len(entries)} token(s) of {self.weights.name} (code {code}).")
         self.stats.seconds += time.perf_counter() - t0
@@ -276,7 +377,7 @@ class LlamaCppModel:
         self.stats.tokens += len(entries)
 
     def _row(self, index: int) -> np.ndarray:
-        ptr = lib().llama_get_logits_ith(self.ctx, index)
+        ptr = lib().llama_get_logits_ith(self._c.ctx, index)
         return np.ctypeslib.as_array(ptr, shape=(self.weights.n_vocab,))
 
     def rows(self, ids: Sequence[int], positions: Sequence[int]) -> torch.Tensor:
@@ -286,18 +387,23 @@ class LlamaCppModel:
             return self._rows(list(ids), list(positions))
 
     def _rows(self, ids: list[int], positions: list[int]) -> torch.Tensor:
-        last = len(ids) - 1
-        if positions == [last] and self._last_logits is not None and ids == self.cache_ids:
+        last, c = len(ids) - 1, self._c
+        if positions == [last] and self._last_logits is not None and ids == c.ids:
             return self._last_logits[None]
         if len(ids) > self.n_ctx:
             raise EnsembleError(f"{self.weights.name}: {len(ids)} tokens do not fit its llama.cpp context of {self.n_ctx}.")
         self.check_cancel()
-        start = min(common_prefix(self.cache_ids, ids), positions[0], last)
+        start = min(common_prefix(c.ids, ids), positions[0], last)
+        if self._recycled:  # another run's cells: only batch-written ones, and a pass a fresh context would batch too
+            start = min(start, c.reusable(), max(0, len(ids) - SHARED_PASS))
+            self._recycled = False
         self._crop(start)
         wanted = set(positions)
-        self._decode([(t, start + i, 0, start + i in wanted) for i, t in enumerate(ids[start:])])
+        new = ids[start:]
+        self._decode([(t, start + i, 0, start + i in wanted) for i, t in enumerate(new)])
+        c.ids.extend(new)
+        c.batched.extend([len(new) >= SHARED_PASS] * len(new))
         logits = torch.from_numpy(np.stack([self._row(p - start) for p in positions]))
-        self.cache_ids.extend(ids[start:])
         self._last_logits = logits[-1] if positions[-1] == last else None
         return logits
 
@@ -316,16 +422,16 @@ class LlamaCppModel:
         if ctx + sum(len(b) for b in blocks) > self.n_ctx:
             raise EnsembleError(f"{self.weights.name}: the drafts do not fit its llama.cpp context of {self.n_ctx}.")
         self.check_cancel()
-        ll = lib()
+        ll, mem = lib(), self._c.mem
         for seq in range(1, len(blocks) + 1):
-            ll.llama_memory_seq_cp(self.mem, 0, seq, -1, -1)
+            ll.llama_memory_seq_cp(mem, 0, seq, -1, -1)
         entries = [(t, ctx + i, seq, True) for seq, block in enumerate(blocks, 1) for i, t in enumerate(block)]
         try:
             self._decode(entries)
             logits = torch.from_numpy(np.stack([self._row(i) for i in range(len(entries))]))
         finally:
             for seq in range(1, len(blocks) + 1):
-                ll.llama_memory_seq_rm(self.mem, seq, -1, -1)
+                ll.llama_memory_seq_rm(mem, seq, -1, -1)
         index = torch.tensor(targets, dtype=torch.long)[:, None]
         raw = logits.gather(1, index)[:, 0]
         logp = torch.log_softmax(logits, dim=-1).gather(1, index)[:, 0]

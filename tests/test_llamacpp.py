@@ -81,6 +81,7 @@ def test_every_method_with_one_llama_member_equals_its_greedy(llama, method):
 
 def test_a_cut_back_cache_equals_a_fresh_evaluation(llama):
     model = llama["gemma3"]
+    model.model.free_idle()  # contexts made afresh here (a kept one would start with an earlier test's cells)
     prompt = model.prompt_ids(GSM8K)
     answer = model.tokenizer("She has 16 - 3 - 4 = 9 eggs left, so she makes 9 * 2 = $18.", add_special_tokens=False)["input_ids"]
     full, p = prompt + answer, len(prompt)
@@ -96,6 +97,58 @@ def test_a_cut_back_cache_equals_a_fresh_evaluation(llama):
     assert cut.cache_ids == full and cut.stats.tokens == (len(prompt) + 1) + (len(answer) + 1)
     # split into passes differently, the rows are the same bit for bit (flash attention off, see llamacpp.py)
     torch.testing.assert_close(rows, fresh, atol=0, rtol=0)
+
+
+def test_a_run_reuses_the_last_runs_batched_cells_and_gets_the_fresh_rows(llama):
+    """A context handed on from an ended run: the next run evaluates only what the two prompts do not share (at
+    least SHARED_PASS tokens), reuses no cell a short pass wrote, and gets the rows of a fresh context bit for bit."""
+    from ensemble.llamacpp import SHARED_PASS
+
+    model = llama["qwen"]
+    prompt = model.prompt_ids(GSM8K)
+    other = model.prompt_ids(GSM8K.replace("16 eggs", "17 eggs"))
+    shared = next(i for i, (a, b) in enumerate(zip(prompt, other)) if a != b)
+    model.model.free_idle()
+    fresh = model.new_runtime()
+    assert not fresh.recycled
+    expect = fresh.rows(other, [len(other) - 2, len(other) - 1])
+    fresh.close()
+    first = model.new_runtime()
+    assert first.recycled  # the context fresh ended with
+    first.rows(prompt, [len(prompt) - 1])
+    more = list(range(11, 11 + SHARED_PASS))
+    first.rows(prompt + more, [len(prompt) + SHARED_PASS - 1])  # a long pass: cells that can be handed on
+    first.rows(prompt + more + [7, 8], [len(prompt) + SHARED_PASS + 1])  # a short pass: these cannot
+    assert first.stats.tokens == max(SHARED_PASS, len(prompt) - shared) + SHARED_PASS + 2
+    first.close()
+    assert model.model.idle and model.model.idle[-1].reusable() == len(prompt) + SHARED_PASS
+    second = model.new_runtime()
+    rows = second.rows(other, [len(other) - 2, len(other) - 1])
+    assert second.stats.tokens == len(other) - shared > SHARED_PASS  # the template head and the question's start kept
+    torch.testing.assert_close(rows, expect, atol=0, rtol=0)
+    second.close()
+    again = model.new_runtime()  # the same prompt again: a long pass still evaluated, the rows unchanged
+    assert again.rows(other, [len(other) - 1]).equal(expect[1:]) and again.stats.tokens == SHARED_PASS
+    runtimes = [again, model.new_runtime(), model.new_runtime()]
+    for runtime in runtimes:
+        runtime.close()
+    assert len(model.model.idle) == 2  # at most IDLE_CONTEXTS are kept, the others freed
+
+
+def test_runs_on_handed_on_contexts_equal_runs_on_fresh_ones(llama):
+    members = [llama["qwen"], llama["smollm2"], llama["gemma3"]]
+    settings = Settings(max_new_tokens=20, stop_strings=[])
+
+    def run(prompt):
+        trace = generate(members, prompt, "safe", settings)
+        return trace.text, [(t.text, t.decision, t.details.get("mean_prob")) for t in trace.tokens]
+
+    for m in members:
+        m.model.free_idle()
+    fresh = run(GSM8K)
+    assert run(GSM8K) == fresh  # the prompt's cells reused, the drafted ones (one-token passes) not
+    run(PROMPT)
+    assert run(GSM8K) == fresh
 
 
 def test_one_token_passes_stay_within_the_kernels_tolerance(llama):
