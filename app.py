@@ -165,7 +165,7 @@ def _stream_tokens(job: EnsembleRun, view: RunView, running: str, builder: visua
     for event in job.events():
         if isinstance(event, TokenEvent):
             pending.append(event.record)
-        elif isinstance(event, StatusEvent):  # SpecEM's drafts, shown while the round's vote is pending
+        elif isinstance(event, StatusEvent):  # drafts shown before they are decided (SpecEM's vote, SAFE's first round)
             if pending:  # committed tokens go out first: what is on the strip is all that was decided
                 view = view._replace(strip=view.strip + builder.add(pending, job.run.text))
                 pending.clear()

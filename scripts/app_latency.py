@@ -4,7 +4,7 @@
 
 It serves the app in this process with warm models, presses Run through Gradio's queue protocol (the calls
 the browser makes), and reads the streamed updates. The first token counts from the request to the first
-strip update that holds a token; "first draft" (SpecEM) to the first status line showing a model's draft, which
+strip update that holds a token; "first draft" (SpecEM, SAFE) to the first status line showing a model's draft, which
 comes before the round's vote commits a segment; "bytes" are the sizes of the strip diffs Gradio sends (appends
 only).
 """
@@ -71,12 +71,19 @@ def main() -> None:
     parser.add_argument("--models", default="qwen,smollm2,gemma3")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--prompts", choices=("gsm8k", "same"), default="gsm8k",
+                        help="gsm8k (default): a different GSM8K question of the shared data for every press, as the "
+                        "app's users bring new prompts (a llama.cpp run then shares only the template head with the last "
+                        "run); same: the Natalia question every time (its whole prompt is shared)")
     parser.add_argument("--runtimes", default="auto", help="the Run tab's Runtime choice(s), measured side by side "
                         "(e.g. transformers,llamacpp); each is warmed by one untimed run first")
     args = parser.parse_args()
 
     import app
+    from ensemble.bench import reasoning_prompts
 
+    presses = len(args.methods.split(",")) * len(args.runtimes.split(",")) * args.repeat
+    prompts = iter(reasoning_prompts(None, presses, 0)[1] if args.prompts == "gsm8k" else [PROMPT] * presses)
     app.warm_up()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -92,7 +99,8 @@ def main() -> None:
     for method in args.methods.split(","):
         for runtime in runtimes:
             chosen = models if method != "single" else models[:1]
-            runs = [press_run(root, method, chosen, args.max_new_tokens, runtime=runtime) for _ in range(args.repeat)]
+            runs = [press_run(root, method, chosen, args.max_new_tokens, prompt=next(prompts), runtime=runtime)
+                    for _ in range(args.repeat)]
             first = statistics.median(r["first_token_s"] for r in runs)
             last = runs[-1]
             drafts = [r["first_draft_s"] for r in runs if r["first_draft_s"] is not None]

@@ -135,6 +135,23 @@ def test_a_run_reuses_the_last_runs_batched_cells_and_gets_the_fresh_rows(llama)
     assert len(model.model.idle) == 2  # at most IDLE_CONTEXTS are kept, the others freed
 
 
+def test_warming_reads_the_template_head_that_the_first_run_then_skips(llama, llama_pool):
+    from ensemble.llamacpp import SHARED_PASS
+
+    model = llama["qwen"]
+    model.model.free_idle()
+    head = model.template_head()
+    assert model.tokenizer.decode(head).endswith("<|im_start|>user\n") and len(head) >= SHARED_PASS
+    assert llama_pool.warm(["qwen", "gemma3"]) == []
+    assert [c.ids for c in model.model.idle] == [head]
+    assert llama["gemma3"].model.idle[-1].ids == []  # gemma3's head ("<bos>Question:") is too short to reuse
+    runtime = model.new_runtime()
+    prompt = model.prompt_ids(GSM8K)
+    runtime.rows(prompt, [len(prompt) - 1])
+    assert runtime.stats.tokens == len(prompt) - len(head)
+    runtime.close()
+
+
 def test_runs_on_handed_on_contexts_equal_runs_on_fresh_ones(llama):
     members = [llama["qwen"], llama["smollm2"], llama["gemma3"]]
     settings = Settings(max_new_tokens=20, stop_strings=[])

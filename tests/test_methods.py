@@ -251,6 +251,20 @@ def test_embedded_verify_in_line_equals_separate_scoring(embedded, name):
     _inline_check(embedded[name], "Sofia went to Plov", ["div in 1999.", "div", " and then to Varna"])
 
 
+def test_safe_shows_its_first_draft_before_the_verifiers_decide(tiny):
+    models = [tiny["qwen"], tiny["smollm2"], tiny["gemma3"]]
+    job = EnsembleRun(models, PROMPT, "safe", Settings(max_new_tokens=12, stop_strings=[]))
+    events = list(job.events())
+    status = [e for e in events if isinstance(e, StatusEvent)]
+    assert len(status) == 1 and events.index(status[0]) == 0  # before any token or round
+    first = job.trace.rounds[0]
+    assert status[0].data == {"round": 0, "drafter": "tiny-qwen", "draft": first.candidates[0]["text"],
+                              "verifiers": ["tiny-smollm2", "tiny-gemma3"]}
+    assert repr(first.candidates[0]["text"][:80]) in status[0].message
+    alone = EnsembleRun(models[:1], PROMPT, "safe", Settings(max_new_tokens=4, stop_strings=[]))
+    assert not any(isinstance(e, StatusEvent) for e in alone.events())  # no verifiers, nothing to wait for
+
+
 def test_specem_caches_match_a_full_recompute_after_rounds(tiny):
     models = [tiny["qwen"], tiny["smollm2"], tiny["gemma3"]]
     job = EnsembleRun(models, PROMPT, "specem", Settings(max_new_tokens=36, segment_len=6, stop_strings=[]))

@@ -44,7 +44,7 @@ from ..decisions import (
 from ..fusion import Fuser
 from ..keys import EOS_KEY, display_key, is_complete, is_control
 from ..trace import Decision, FusionRecord, RoundRecord
-from .base import Chooser, Run, model_topk
+from .base import Chooser, Run, StatusEvent, model_topk
 from .follow import follow_key, record_followed
 
 SPLIT_WINDOW = 12
@@ -128,6 +128,8 @@ def run_safe(run: Run) -> Iterator:
         # 1. Draft: up to n tokens from the drafter's cache (or the draft made while the last round verified)
         carried = safe.carried()
         draft = carried or safe.draft()
+        if round_index == 0 and safe.verifiers:
+            yield first_draft_status(draft, safe)
         t1 = time.perf_counter()
         edges, overlap = safe.verify(draft)  # 2. Verify: one pass per verifier over response + draft
         t2 = time.perf_counter()
@@ -146,6 +148,17 @@ def run_safe(run: Run) -> Iterator:
         if ended:
             return "eos"
     return "budget"
+
+
+def first_draft_status(draft: Draft, safe: Safe) -> StatusEvent:
+    """What the first round has drafted while the verifiers read their prompts and the draft: nothing is committed
+    before they have (the first token waits for every model's prompt), so this is what a viewer can see meanwhile."""
+    text = draft.text[:80] + ("…" if len(draft.text) > 80 else "")
+    verifiers = [v.name for v in safe.verifiers]
+    return StatusEvent(
+        f"Round 0: {safe.drafter.name} drafted {text!r}; {', '.join(verifiers)} verifying…",
+        {"round": 0, "drafter": safe.drafter.name, "draft": draft.text, "verifiers": verifiers},
+    )
 
 
 class Safe:

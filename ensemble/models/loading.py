@@ -18,6 +18,7 @@ from ..keys import KeyTable
 from .cache import is_cached, prepare, prepare_gguf
 from .catalogue import ModelSpec, Progress, hub_fallback_enabled, hub_reachable, missing_packages, resolve, stderr_progress
 from .device import resolve_device, resolve_dtype
+from ..response import common_prefix
 from .runtimes import pick_runtime, split_runtime
 from .templates import PLAIN_STOPS, PromptTemplate
 
@@ -53,6 +54,28 @@ class LoadedModel:
         from ..cached import CachedModel
 
         return CachedModel(self.model, self.device)
+
+    def template_head(self) -> list[int]:
+        """The ids every templated prompt of this model starts with (the chat template's head: Qwen's system
+        message, for one), found as what two prompts that differ from their first character share."""
+        a, b = self.prompt_ids("x"), self.prompt_ids("7 y")
+        return a[: common_prefix(a, b)]
+
+    def warm_context(self) -> int:
+        """On llama.cpp with the weights in this process: make the first run's context now and read the template
+        head into it (:mod:`ensemble.llamacpp` hands contexts from run to run, so the first run then starts
+        where every run starts). Returns the ids read; transformers and member processes: nothing to do, 0."""
+        if self.runtime != "llamacpp" or not self.has_weights:
+            return 0
+        from ..llamacpp import SHARED_PASS
+
+        runtime, head = self.new_runtime(), self.template_head()
+        try:
+            if len(head) >= SHARED_PASS:  # shorter heads are not reused (their cells come from a short pass)
+                runtime.rows(head, [len(head) - 1])
+        finally:
+            runtime.close()
+        return len(head) if len(head) >= SHARED_PASS else 0
 
     def prompt_ids(self, prompt: str) -> list[int]:
         """Token ids of the templated prompt (cached: the same prompt is common in benchmarks)."""

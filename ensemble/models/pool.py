@@ -103,8 +103,9 @@ class ModelPool:
                 self._sizes.pop(key, None)
 
     def warm(self, names: list[str]) -> list[str]:
-        """Load these models and start their member processes (on a process backend) before any run; returns
-        what could not be done, one message each, instead of raising (a server keeps serving)."""
+        """Load these models and start their member processes (on a process backend) before any run, and in process
+        give each llama.cpp model a context holding its template head (``LoadedModel.warm_context``); returns what
+        could not be done, one message each, instead of raising (a server keeps serving)."""
         from ..errors import EnsembleError
 
         ready, problems = [], []
@@ -117,6 +118,12 @@ class ModelPool:
             self.backend.prepare(ready)
         except EnsembleError as exc:
             problems.append(f"member processes did not start: {exc}")
+        if not self.backend.remote:  # in process: each llama.cpp model's first context, its template head read
+            for model in ready:
+                try:
+                    model.warm_context()
+                except EnsembleError as exc:
+                    problems.append(f"{model.name}: its first context could not be prepared: {exc}")
         return problems
 
     def get_many(self, names: list[str], progress: Progress | None = None) -> list[LoadedModel]:
