@@ -24,7 +24,7 @@ from ensemble.fork import DRAFTER_ALONE, member_names, run_fork
 from ensemble.members import backend_from_env
 from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
 from ensemble.methods.base import clean_prompt
-from ensemble.models import DEFAULT_MODELS, EMBEDDED, GPU_PRESETS, ModelPool
+from ensemble.models import DEFAULT_ENSEMBLE, DEFAULT_MODELS, EMBEDDED, GPU_PRESETS, ModelPool
 from ensemble.models.runtimes import RUNTIMES, llamacpp_available, runtime_from_env, split_runtime
 from ensemble.settings import METHODS, Settings
 from ensemble.trace import MAX_TRACE_BYTES, RunTrace
@@ -445,7 +445,7 @@ def show_results(file) -> ResultsView:
 
 
 # -- API for scripts ------------------------------------------------------------------------------------------
-def run_ensemble(prompt: str, method: str = "safe", models: str = ",".join(DEFAULT_MODELS), settings: dict | None = None) -> dict:
+def run_ensemble(prompt: str, method: str = "safe", models: str = ",".join(DEFAULT_ENSEMBLE), settings: dict | None = None) -> dict:
     """Run a method on a prompt and return the full trace as JSON.
 
     Args:
@@ -534,18 +534,18 @@ models already agreed, and how **SpecEM** weighs whole segments. Click any token
 
 
 def build_app() -> gr.Blocks:
-    models, defaults = MODEL_CHOICES, list(DEFAULT_MODELS)
+    models = MODEL_CHOICES
     with gr.Blocks(title="Ensemble Lens") as demo:
         gr.Markdown(INTRO)
         projector = gr.Checkbox(False, label="Projector mode: large text", elem_id="projector", container=False)
         projector.change(None, inputs=[projector], js=tabs.PROJECTOR_JS)
         with gr.Tabs() as tab_box:
             with gr.Tab("Run", id="run"):
-                run = tabs.build_run_tab(models, defaults, RUNTIME_CHOICES, RUNTIME)
+                run = tabs.build_run_tab(models, RUNTIME_CHOICES, RUNTIME)
             with gr.Tab("Tokenizers", id="tokenizers"):
-                tok = tabs.build_tokenizer_tab(models, defaults)
+                tok = tabs.build_tokenizer_tab(models, list(DEFAULT_MODELS))
             with gr.Tab("Compare", id="compare"):
-                cmp = tabs.build_compare_tab(models, defaults)
+                cmp = tabs.build_compare_tab(models, list(DEFAULT_ENSEMBLE))
             with gr.Tab("Trace", id="trace"):
                 trace = tabs.build_trace_tab()
             with gr.Tab("Results", id="results"):

@@ -163,6 +163,18 @@ class RunTrace:
     fork: dict | None = None  # a fork (ensemble.fork): {"at", "chars", "method", "models"}; tokens cover text[chars:]
     schema_version: int = SCHEMA_VERSION
 
+    def safe_weights(self) -> dict[str, float]:
+        """The weights a SAFE run's consensus and fusion gave its models (:meth:`Settings.safe_weights` of its
+        settings and drafter); {} when the settings of an uploaded trace do not say them clearly."""
+        from .settings import Settings
+
+        try:
+            settings = Settings(weights={str(k): float(v) for k, v in dict(self.settings.get("weights") or {}).items()},
+                                drafter_weight=float(self.settings.get("drafter_weight", 1.0)))
+            return settings.safe_weights(str(self.drafter))
+        except (TypeError, ValueError, AttributeError):
+            return {}
+
     # -- serialisation ----------------------------------------------------------------------------------
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -241,10 +253,15 @@ def _migrate(data: dict) -> None:
     Version 1 did not record the drafter: it is the ``drafter`` setting when that names a model, else (SAFE) the
     first model a check recorded a probability for that is not a verifier there, else the first model; SpecEM
     has none. Version 1 details have the same keys as version 2's typed records.
+
+    Traces made before the ``drafter_weight`` setting existed weighed SAFE's drafter like every model: their
+    settings get ``drafter_weight`` 1, so an explanation of their weighted means stays true.
     """
     if data["schema_version"] == 1:
         data["drafter"] = _v1_drafter(data)
         data["schema_version"] = 2
+    if isinstance(data.get("settings"), dict):
+        data["settings"].setdefault("drafter_weight", 1.0)
 
 
 def _v1_drafter(data: dict) -> str | None:

@@ -66,9 +66,11 @@ def press_run(root: str, method: str, models: list[str], max_new_tokens: int, pr
 
 
 def main() -> None:
+    from ensemble.models import DEFAULT_ENSEMBLE
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", default="single,safe,specem,unite")
-    parser.add_argument("--models", default="qwen,smollm2,gemma3")
+    parser.add_argument("--models", default=",".join(DEFAULT_ENSEMBLE), help="the ensemble (default: %(default)s)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--prompts", choices=("gsm8k", "same"), default="gsm8k",

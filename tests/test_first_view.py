@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ensemble.models import DEFAULT_MODELS
 from ensemble.trace import RunTrace
 from ui.controls import control_names, initial_value, settings_from_controls
 from ui.tabs import EXAMPLES, FIRST_VIEW
@@ -10,8 +9,8 @@ from ui.tabs import EXAMPLES, FIRST_VIEW
 
 def test_the_recording_is_the_first_example_at_the_apps_defaults():
     trace = RunTrace.from_json(FIRST_VIEW.read_bytes())  # a valid trace, as every upload is checked
-    prompt, method = EXAMPLES[0]
-    assert (trace.prompt, trace.method, trace.models) == (prompt, method, list(DEFAULT_MODELS))
+    prompt, method, models = EXAMPLES[0]
+    assert (trace.prompt, trace.method, trace.models) == (prompt, method, models)
     defaults = settings_from_controls({name: initial_value(name) for name in control_names()}).to_dict()
     defaults["sharpen"] = "heuristic"  # what SAFE resolves "auto" to, as the trace records it
     assert {k: trace.settings[k] for k in defaults} == defaults, "rerun scripts/record_first_view.py"

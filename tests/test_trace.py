@@ -29,6 +29,7 @@ def test_fixture_round_trip(name):
     expected["stats"].setdefault("forward_s", {})  # written before forward time was recorded: loads empty
     expected["stats"].setdefault("member_bytes", {})  # likewise (bytes to and from member processes)
     expected.setdefault("fork", None)  # written before forks: none is one
+    expected["settings"].setdefault("drafter_weight", 1.0)  # written before SAFE weighed its drafter: equal weights
     expected.update(schema_version=2, drafter=V1_DRAFTERS[name])
     assert again.to_dict() == trace.to_dict() == expected
 

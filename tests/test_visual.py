@@ -310,6 +310,11 @@ def test_end_of_sequence_is_an_end_marker_and_explained():
     text = plain(visual.explain(safe_trace, 15))
     assert "The drafter smollm2 proposed to stop here (probability 0.88); not every verifier agreed (gemma3 preferred ↵ 0.32)" in text
     assert "mean probability 0.62 > 0.5, so SAFE accepted the end of the answer without ensembling (confident)" in text
+    safe_trace.settings["drafter_weight"] = 2.0  # the mean said as it was weighed, the drafter counting twice
+    text = plain(visual.explain(safe_trace, 15))
+    assert "weighted mean probability 0.62 (smollm2 counts 2, gemma3 counts 1 and qwen counts 1) > 0.5, so SAFE accepted" in text
+    safe_trace.settings["weights"] = {"smollm2": 1.0}  # weights naming the drafter win over drafter_weight
+    assert "but the models are confident on average: mean probability 0.62 > 0.5" in plain(visual.explain(safe_trace, 15))
     safe_trace.tokens[15].condition = "unanimous"
     assert "proposed to stop here (probability 0.88); all verifiers agreed (gemma3 0.01 and qwen 0.96)" in plain(visual.explain(safe_trace, 15))
     text = plain(visual.explain(load("unite"), 15))

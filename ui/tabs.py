@@ -9,6 +9,7 @@ from pathlib import Path
 import gradio as gr
 
 import visual
+from ensemble.models import DEFAULT_ENSEMBLE, DEFAULT_MODELS
 
 from . import png
 from .controls import engine_controls
@@ -31,17 +32,22 @@ FORK_HINT = ("**What if?** Click a token, then continue the answer from that tok
              "method (same models and settings): both continuations appear side by side, where they part marked.")
 FIRST_VIEW = Path(__file__).resolve().parents[1] / "assets" / "first-view.json"
 """A recorded run of the first example at the app's defaults, replayed on load (scripts/record_first_view.py)."""
+THREE, PAIR = list(DEFAULT_MODELS), list(DEFAULT_ENSEMBLE)
 EXAMPLES = [
-    ["Sofia went to Plovdiv in 1999. Where did Sofia go, and when? Answer in one sentence.", "safe"],
+    ["Sofia went to Plovdiv in 1999. Where did Sofia go, and when? Answer in one sentence.", "safe", THREE],
     [
         "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
         "How many clips did Natalia sell altogether in April and May?",
         "safe",
+        PAIR,
     ],
-    ["What is 1234 + 5678? Write the digits of the result one by one.", "unite"],
-    ["Write a Python function that checks whether a string is a palindrome.", "specem"],
-    ["Translate 'good morning, my friend' into Bulgarian, Chinese and Japanese.", "gac"],
+    ["What is 1234 + 5678? Write the digits of the result one by one.", "unite", THREE],
+    ["Write a Python function that checks whether a string is a palindrome.", "specem", THREE],
+    ["Translate 'good morning, my friend' into Bulgarian, Chinese and Japanese.", "gac", THREE],
 ]
+"""Prompt, method and models of each example. The math example runs on the default ensemble (measured best on
+GSM8K, ``DEFAULT_ENSEMBLE``); the others on all three embedded models, whose three tokenizers are their lesson
+(gemma3 holds "Sofia" whole where qwen and smollm2 split it). The app opens on the first example."""
 EXAMPLE_LABELS = ["Names: Sofia in Plovdiv (SAFE)", "Math: Natalia's clips (SAFE)", "Digits: 1234 + 5678 (UniTE)",
                   "Code: a palindrome check (SpecEM)", "Other languages: good morning (GaC)"]
 CHARTS_HINT = '<p class="el-muted">Click a token: each model\'s top choices and the fused distribution appear here.</p>'
@@ -129,21 +135,23 @@ RUNTIME_INFO = ("What computes the models: transformers (float weights, any mode
                 "shipped, faster on a CPU); auto picks llama.cpp for the embedded models on a CPU.")
 
 
-def build_run_tab(model_choices: list[str], default_models: list[str], runtimes: list[str] = ("auto",),
-                  runtime: str = "auto") -> RunTab:
-    method = gr.Radio(METHOD_CHOICES, value="safe", label="Method", elem_id="method", render=False)
+def build_run_tab(model_choices: list[str], runtimes: list[str] = ("auto",), runtime: str = "auto") -> RunTab:
+    """The Run tab, opened on the first example (its prompt, method and models: what the first view recorded)."""
+    first_prompt, first_method, first_models = EXAMPLES[0]
+    method = gr.Radio(METHOD_CHOICES, value=first_method, label="Method", elem_id="method", render=False)
+    model_box = gr.CheckboxGroup(model_choices, value=first_models, label="Models", elem_id="models", render=False)
     with gr.Row():
         with gr.Column(scale=3):
             prompt = gr.Textbox(label="Prompt", lines=3, max_lines=12, placeholder="Ask something…", elem_id="prompt",
-                                value=EXAMPLES[0][0])
+                                value=first_prompt)
             with gr.Accordion("Examples (click one to fill the form)", open=True, elem_id="examples") as examples_box:
-                examples = gr.Examples(EXAMPLES, inputs=[prompt, method], cache_examples=False, example_labels=EXAMPLE_LABELS,
+                examples = gr.Examples(EXAMPLES, inputs=[prompt, method, model_box], cache_examples=False, example_labels=EXAMPLE_LABELS,
                                        label="Names, numbers, math, code, other languages")
         with gr.Column(scale=2):
             method.render()
             with gr.Row():
-                model_box = gr.CheckboxGroup(model_choices, value=default_models, label="Models", elem_id="models")
-                drafter = gr.Dropdown(default_models, value=default_models[0], label="SAFE drafter", elem_id="drafter")  # SAFE only
+                model_box.render()
+                drafter = gr.Dropdown(first_models, value=first_models[0], label="SAFE drafter", elem_id="drafter")  # SAFE only
     with gr.Accordion("Engine settings", open=False):
         runtime_radio = gr.Radio(list(runtimes), value=runtime, label="Runtime", info=RUNTIME_INFO, elem_id="runtime")
         controls = engine_controls()

@@ -67,6 +67,18 @@ def _weights(fusion) -> str:
     return "Model weights: " + ", ".join(f"{_m(m)} {_p(w)}" for m, w in weights.items()) + "."
 
 
+def _mean(details: CheckedDetails, trace: RunTrace) -> str:
+    """"mean probability 0.62", or with SAFE's weights where they differ, "weighted mean probability 0.62 (qwen
+    counts 2, gemma3 1)" (``Settings.safe_weights``: the drafter at ``drafter_weight``, unless ``weights`` names
+    it)."""
+    mean = f"mean probability {_p(details.mean_prob)}"
+    weights = trace.safe_weights()
+    counts = {n: weights.get(n, 1.0) for n in rd.mapping(details.probs)}
+    if len(set(counts.values())) <= 1:
+        return mean
+    return f"weighted {mean} ({_join([f'{_m(n)} counts {w:g}' for n, w in counts.items()])})"
+
+
 def _probs(details: CheckedDetails) -> str:
     probs = rd.mapping(details.probs)
     own = rd.mapping(details.verifier_tokens)
@@ -136,7 +148,7 @@ def _explain_consensus(record: TokenRecord, trace: RunTrace) -> list[str]:
     d = record.details
     own = rd.mapping(d.verifier_tokens)
     probs = rd.mapping(d.probs)
-    mean = _p(d.mean_prob)
+    mean = _mean(d, trace)
     preferred = _preferences(d)
     if _is_end(record, trace):
         drafter = rd.drafter_of(record, trace)
@@ -151,7 +163,7 @@ def _explain_consensus(record: TokenRecord, trace: RunTrace) -> list[str]:
         else:
             first = (
                 f"{proposal}; not every verifier agreed{f' ({_join(preferred)})' if preferred else ''}, but the models are "
-                f"confident on average: mean probability {mean} &gt; 0.5, so SAFE accepted the end of the answer without "
+                f"confident on average: {mean} &gt; 0.5, so SAFE accepted the end of the answer without "
                 "ensembling (confident)."
             )
     elif record.condition == "unanimous":
@@ -163,11 +175,11 @@ def _explain_consensus(record: TokenRecord, trace: RunTrace) -> list[str]:
     else:
         first = (
             f"Not every verifier's top choice matched{f' ({_join(preferred)})' if preferred else ''}, but the models are "
-            f"confident on average: mean probability {mean} &gt; 0.5, so the draft {_k(record.text)} was accepted without "
+            f"confident on average: {mean} &gt; 0.5, so the draft {_k(record.text)} was accepted without "
             "ensembling (confident)."
         )
     listed = _probs(d)
-    return [first, f"Mean probability {mean}: {listed}." if listed else ""]
+    return [first, f"Probabilities: {listed}." if listed else ""]
 
 
 def _discarded(record: TokenRecord, trace: RunTrace) -> str:
@@ -188,7 +200,7 @@ def _explain_ensembled(record: TokenRecord, trace: RunTrace) -> list[str]:
     d, fusion = record.details, record.fusion
     method = _fusion_name(record, trace)
     end = _is_end(record, trace)
-    why = f"mean probability {_p(d.mean_prob)} ≤ 0.5 and not every verifier's top choice matched the draft"
+    why = f"{_mean(d, trace)} ≤ 0.5 and not every verifier's top choice matched the draft"
     if end and record.decision == Decision.ENSEMBLED_KEPT:
         first = f"The drafter {_m(rd.drafter_of(record, trace))} proposed to stop here, but the models disagreed ({why}), so SAFE fused their distributions with {method}."
     else:

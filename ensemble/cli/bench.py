@@ -22,11 +22,12 @@ from ..bench import (
     reasoning_prompts,
 )
 from ..errors import SettingsError
+from ..models import DEFAULT_ENSEMBLE
 from ..settings import Settings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--models", default="qwen,smollm2,gemma3")
+    p.add_argument("--models", default=",".join(DEFAULT_ENSEMBLE), help="the ensemble's models (default: %(default)s)")
     # The engine settings bench varies come from Settings' declarations; bench's own defaults and help override.
     settings.add_arguments(p, only=("max_new_tokens", "seed", "lookahead"), max_new_tokens={"default": 48},
                            seed={"help": "which questions (as evaluate chooses them)"})

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..errors import EvaluationError, UnknownModelError
 from ..evaluation import SPEC_HELP, EvalConfig, check_compatible, load_questions, parse_methods, run_evaluation, select_questions
 from ..files import file_sha256
-from ..models import DEFAULT_MODELS, ModelPool, resolve
+from ..models import DEFAULT_ENSEMBLE, ModelPool, resolve
 from ..models.runtimes import split_runtime
 from ..outputs import check_output_folder
 from .common import models_arg
@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, help="GSM8K-format JSONL (question, answer ending in '#### n')")
     p.add_argument("--limit", type=_positive_int, default=None, help="evaluate N questions chosen by --seed (default: all)")
     p.add_argument("--methods", required=True, help=f"comma list of: {SPEC_HELP} (ensemble methods use all of --models)")
-    p.add_argument("--models", default=",".join(DEFAULT_MODELS), help="the ensemble's models (default: %(default)s)")
+    p.add_argument("--models", default=",".join(DEFAULT_ENSEMBLE), help="the ensemble's models (default: %(default)s)")
     p.add_argument("--out", required=True, help="output folder; rerunning the same command resumes it")
     p.add_argument("--device", default="cpu", help="cpu | cuda:N | auto")
     p.add_argument("--dtype", default="auto")

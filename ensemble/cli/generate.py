@@ -8,7 +8,7 @@ import sys
 import threading
 
 from ..errors import MemberDied, SettingsError
-from ..models import resolve
+from ..models import DEFAULT_ENSEMBLE, resolve
 from ..models.runtimes import split_runtime
 from ..outputs import check_output_file
 from .common import models_arg, read_text, write_document
@@ -26,7 +26,8 @@ ANSI = {
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", default="single", help="single | unite | gac | safe | specem")
-    p.add_argument("--models", default="qwen")
+    p.add_argument("--models", default=None, help=f"comma list (default: qwen for single, {','.join(DEFAULT_ENSEMBLE)} "
+                   "for the ensemble methods)")
     p.add_argument("--prompt", default=None)
     p.add_argument("--prompt-file", default=None)
     p.add_argument("--json", action="store_true", help="print the trace as JSON")
@@ -52,7 +53,7 @@ def cmd_generate(args) -> int:
     if prompt is None:
         raise SettingsError("Give a prompt with --prompt TEXT or --prompt-file PATH.")
     settings = settings_from_args(args)
-    names = models_arg(args.models)
+    names = models_arg(args.models or ("qwen" if args.method == "single" else ",".join(DEFAULT_ENSEMBLE)))
     # Validate before loading anything: bad input or an unwritable --out fails in milliseconds, not after a run.
     clean_prompt(prompt)
     bases = [split_runtime(n)[0] for n in names]  # qwen@llamacpp is the member qwen on llama.cpp

@@ -177,7 +177,7 @@ class Safe:
             top_k=settings.top_k,
             sharpen=settings.sharpen_for("safe"),
             lam=settings.sharpen_lambda,
-            weights=settings.weights,
+            weights=settings.safe_weights(self.drafter.name),
             temperature=settings.temperature,
         )
         self.chooser = Chooser(settings.temperature, settings.top_p, settings.seed)

@@ -12,6 +12,7 @@ Nothing here imports torch or transformers until a model is loaded.
 
 from .cache import is_cached, is_gguf_cached, prepare, prepare_gguf
 from .catalogue import (
+    DEFAULT_ENSEMBLE,
     DEFAULT_MODELS,
     EMBEDDED,
     GPU_PRESETS,
@@ -28,6 +29,7 @@ from .pool import ModelPool, model_bytes
 from .templates import PLAIN_STOPS, PLAIN_TEMPLATE, PromptTemplate
 
 __all__ = [
+    "DEFAULT_ENSEMBLE",
     "DEFAULT_MODELS",
     "EMBEDDED",
     "GPU_PRESETS",

@@ -97,6 +97,13 @@ EMBEDDED: dict[str, ModelSpec] = {
 }
 
 DEFAULT_MODELS = ("qwen", "smollm2", "gemma3")
+"""The three embedded models: what ``prepare`` fetches, the Tokenizers tab compares and the app loads at start."""
+DEFAULT_ENSEMBLE = ("qwen", "smollm2")
+"""The ensemble a run uses when none is named (the CLI's ``--models``, the API, the app's Run and Compare forms),
+with SAFE's drafter (the first) weighing 2 (``Settings.drafter_weight``). Chosen by measurement on 12 GSM8K
+questions, 256 tokens (docs/results.md, "Which ensemble and weights"): of the six SAFE ensembles measured, qwen=2 +
+smollm2 had no phrase loop under either fusion, the fewest replacements and discarded drafts, the lowest time per
+token (1.24x qwen alone with UniTE, 1.11x with GaC) and 3/12 and 4/12 right; no ensemble beat qwen alone (5/12)."""
 
 GPU_PRESETS: dict[str, str] = {
     "qwen2.5-1.5b": "Qwen/Qwen2.5-1.5B-Instruct",

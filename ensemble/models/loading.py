@@ -15,10 +15,10 @@ from pathlib import Path
 
 from ..errors import ModelLoadError
 from ..keys import KeyTable
+from ..response import common_prefix
 from .cache import is_cached, prepare, prepare_gguf
 from .catalogue import ModelSpec, Progress, hub_fallback_enabled, hub_reachable, missing_packages, resolve, stderr_progress
 from .device import resolve_device, resolve_dtype
-from ..response import common_prefix
 from .runtimes import pick_runtime, split_runtime
 from .templates import PLAIN_STOPS, PromptTemplate
 
