@@ -139,12 +139,13 @@ def test_warming_reads_the_template_head_that_the_first_run_then_skips(llama, ll
     from ensemble.llamacpp import SHARED_PASS
 
     model = llama["qwen"]
-    model.model.free_idle()
+    for m in (model, llama["gemma3"]):
+        m.model.free_idle()
     head = model.template_head()
     assert model.tokenizer.decode(head).endswith("<|im_start|>user\n") and len(head) >= SHARED_PASS
     assert llama_pool.warm(["qwen", "gemma3"]) == []
     assert [c.ids for c in model.model.idle] == [head]
-    assert llama["gemma3"].model.idle[-1].ids == []  # gemma3's head ("<bos>Question:") is too short to reuse
+    assert llama["gemma3"].model.idle[-1].ids == []  # made, but gemma3's head ("<bos>Question:") is too short to reuse
     runtime = model.new_runtime()
     prompt = model.prompt_ids(GSM8K)
     runtime.rows(prompt, [len(prompt) - 1])
