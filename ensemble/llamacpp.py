@@ -209,8 +209,8 @@ class _Context:
 
     Attributes:
         ids: the ids whose cells the cache holds (sequence 0), in order.
-        batched: per cell, whether a pass of ``SHARED_PASS`` or more tokens wrote it (only those, from the first
-            cell on, are reused by another run).
+        exact: how many leading cells passes of ``SHARED_PASS`` or more tokens wrote (only those are reused by
+            another run).
         threads: the context's thread count.
     """
 
@@ -236,21 +236,25 @@ class _Context:
         self.batch = ll.llama_batch_init(weights.context_limit, 0, MAX_BLOCKS + 1)
         self.threads = threads
         self.ids: list[int] = []
-        self.batched: list[bool] = []
+        self.exact = 0
 
     def reusable(self) -> int:
         """How many leading cells another run may reuse: those written by long passes (``SHARED_PASS``)."""
-        return next((i for i, b in enumerate(self.batched) if not b), len(self.batched))
+        return self.exact
+
+    def wrote(self, start: int, n: int) -> None:
+        """A pass wrote ``n`` cells from ``start`` on: a long one extends the exact prefix it continues."""
+        self.exact = start + n if n >= SHARED_PASS and start <= self.exact else min(self.exact, start)
 
     def clear(self) -> None:
         lib().llama_memory_clear(self.mem, True)
-        self.ids, self.batched = [], []
+        self.ids, self.exact = [], 0
 
     def free(self) -> None:
         ll = lib()
         ll.llama_batch_free(self.batch)
         ll.llama_free(self.ctx)
-        self.ids, self.batched = [], []
+        self.ids, self.exact = [], 0
 
 
 class LlamaCppModel:
@@ -349,7 +353,7 @@ class LlamaCppModel:
         if keep < len(c.ids):
             lib().llama_memory_seq_rm(c.mem, 0, keep, -1)
             del c.ids[keep:]
-            del c.batched[keep:]
+            c.exact = min(c.exact, keep)
             self._last_logits = None
 
     # -- passes ------------------------------------------------------------------------------------------
@@ -402,7 +406,7 @@ class LlamaCppModel:
         new = ids[start:]
         self._decode([(t, start + i, 0, start + i in wanted) for i, t in enumerate(new)])
         c.ids.extend(new)
-        c.batched.extend([len(new) >= SHARED_PASS] * len(new))
+        c.wrote(start, len(new))
         logits = torch.from_numpy(np.stack([self._row(p - start) for p in positions]))
         self._last_logits = logits[-1] if positions[-1] == last else None
         return logits

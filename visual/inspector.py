@@ -69,7 +69,7 @@ def _weights(fusion) -> str:
 
 def _mean(details: CheckedDetails, trace: RunTrace) -> str:
     """"mean probability 0.62", or with SAFE's weights where they differ, "weighted mean probability 0.62 (qwen
-    counts 2, gemma3 1)" (``Settings.safe_weights``: the drafter at ``drafter_weight``, unless ``weights`` names
+    counts 2 and gemma3 counts 1)" (``Settings.safe_weights``: the drafter at ``drafter_weight``, unless ``weights`` names
     it)."""
     mean = f"mean probability {_p(details.mean_prob)}"
     weights = trace.safe_weights()

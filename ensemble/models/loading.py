@@ -69,13 +69,15 @@ class LoadedModel:
             return 0
         from ..llamacpp import SHARED_PASS
 
-        runtime, head = self.new_runtime(), self.template_head()
+        head = self.template_head()
+        read = head if len(head) >= SHARED_PASS else []  # shorter heads are not reused (a short pass writes them)
+        runtime = self.new_runtime()
         try:
-            if len(head) >= SHARED_PASS:  # shorter heads are not reused (their cells come from a short pass)
-                runtime.rows(head, [len(head) - 1])
+            if read:
+                runtime.rows(read, [len(read) - 1])
         finally:
             runtime.close()
-        return len(head) if len(head) >= SHARED_PASS else 0
+        return len(read)
 
     def prompt_ids(self, prompt: str) -> list[int]:
         """Token ids of the templated prompt (cached: the same prompt is common in benchmarks)."""
