@@ -8,11 +8,12 @@ prefix it already holds and runs one forward pass over the rest.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
 from .cached import ForwardStats
+from .dist import SUMMARY, Dist, FullDist
 from .keys import EOS_KEY
 from .models import LoadedModel
 from .response import ResponseTokens
@@ -35,6 +36,8 @@ class ModelAdapter(ResponseTokens):
         self.loaded = loaded
         self.model = loaded.model
         self.runtime = runtime if runtime is not None else loaded.new_runtime()
+        self.summary_size = SUMMARY  # ids of a row summary a member sends (the run sets it from UniTE's k)
+        self.full_rows = False  # whole rows from a member: a sampled run reads them (the run sets it)
 
     def start(self, prompt: str) -> None:
         """Begin a run: template the prompt, forget any response and the cache."""
@@ -64,9 +67,22 @@ class ModelAdapter(ResponseTokens):
         """Forget the KV cache (the no-cache baseline recomputes the whole context)."""
         self.runtime.drop()
 
-    # -- logits -----------------------------------------------------------------------------------------
+    # -- distributions ----------------------------------------------------------------------------------
+    def dists(self, ids: list[int], positions: Sequence[int]) -> list[Dist]:
+        """The next-token distributions after ``positions`` of ``ids``: whole rows in process, summaries from a
+        member process (:mod:`ensemble.dist`)."""
+        remote = getattr(self.runtime, "dists", None)
+        if remote is not None:
+            return remote(ids, positions, self.summary_size, self.full_rows)
+        return [FullDist(row, self.summary_size) for row in self.runtime.rows(ids, positions)]
+
+    def next_dist(self) -> Dist:
+        """The next-token distribution after the prompt and the current response ids."""
+        ids = self.all_ids()
+        return self.dists(ids, [len(ids) - 1])[-1]
+
     def next_logits(self) -> torch.Tensor:
-        """The next-token logits after the prompt and the current response ids."""
+        """The whole next-token logit row (tests and tools; the methods read :meth:`next_dist`)."""
         ids = self.all_ids()
         return self.runtime.rows(ids, [len(ids) - 1])[-1]
 
@@ -75,28 +91,36 @@ class ModelAdapter(ResponseTokens):
         ids = self.all_ids() + list(extra)
         return self.runtime.rows(ids, range(len(ids) - len(extra) - 1, len(ids)))
 
-    def distributions_from(self, offset: int, wanted: set[int] | None = None) -> list[tuple[int, int | None, torch.Tensor]]:
+    def distributions_from(self, offset: int, wanted: set[int] | None = None) -> list[tuple[int, int | None, Dist]]:
         """For every boundary of this model's tokens at or after character ``offset`` (only those in ``wanted``
         when given): the boundary, the token this model has there (None at the end of the text) and its
-        next-token logits, all from one forward pass."""
+        next-token distribution, all from one forward pass."""
         edges = [(b, i) for b, i in self.boundaries_from(offset).items() if wanted is None or b in wanted]
         if not edges:
             return []
         positions = [self.prompt_len + (len(self.ids) if i is None else i) - 1 for _, i in edges]
-        rows = self.runtime.rows(self.all_ids(), positions)
+        rows = self.dists(self.all_ids(), positions)
         return [(b, None if i is None else self.ids[i], rows[r]) for r, (b, i) in enumerate(edges)]
 
-    def draft(self, n: int, choose: Callable[[torch.Tensor], int]) -> list[tuple[int, torch.Tensor]]:
-        """Generate up to ``n`` tokens from the current state; returns (token id, logits it was chosen from).
+    def draft(self, n: int, choose) -> list[tuple[int, Dist]]:
+        """Generate up to ``n`` tokens from the current state; returns (token id, distribution it was chosen from).
 
         Stops early at an end-of-sequence token (which is returned but not appended). Drafting continues past
-        ``n`` (at most 4 tokens) while the last token ends inside a character, so drafts end on whole text.
+        ``n`` (at most 4 tokens) while the last token ends inside a character, so drafts end on whole text. A
+        greedy draft from a member process is made there in one call (the same tokens and distributions).
         """
-        out: list[tuple[int, torch.Tensor]] = []
+        out: list[tuple[int, Dist]] = []
+        remote = getattr(self.runtime, "draft_greedy", None)
+        if remote is not None and getattr(choose, "greedy", False) and not self.full_rows and n > 1:
+            for token_id, dist in remote(self.all_ids(), n, set(self.keys.eos_ids), self.summary_size):
+                out.append((token_id, dist))
+                if self.keys.key(token_id) == EOS_KEY:
+                    return out
+                self.append(token_id)
         while len(out) < n or (not self.finished and len(out) < n + 4):
-            logits = self.next_logits()
-            token_id = choose(logits)
-            out.append((token_id, logits))
+            dist = self.next_dist()
+            token_id = choose(dist)
+            out.append((token_id, dist))
             if self.keys.key(token_id) == EOS_KEY:
                 break
             self.append(token_id)

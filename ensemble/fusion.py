@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .dist import Dist, FullDist, summary_size
 from .keys import KeyTable, display_key
 from .trace import FusionRecord
 
@@ -43,9 +44,10 @@ class Fused:
     """A fusion result: the chosen key, the fused distribution over candidate keys, and its record."""
 
     choice: str
-    keys: list[str]  # candidate keys (UniTE: the union; GaC: the whole union vocabulary)
+    keys: list[str]  # candidate keys (UniTE: the union; GaC: its summaries' keys, or the whole union vocabulary)
     position: dict[str, int]  # key -> index in ``keys``
-    probs: torch.Tensor  # fused probabilities over ``keys`` after sharpening (sums to 1)
+    probs: torch.Tensor  # fused probabilities over ``keys`` after sharpening (sums to 1 over UniTE's union and the
+    # whole GaC union; GaC from summaries lists its candidates' exact mass, the rest lies on keys it leaves out)
     record: FusionRecord
 
     def prob_of(self, key: str) -> float:
@@ -53,12 +55,11 @@ class Fused:
         return 0.0 if idx is None else float(self.probs[idx])
 
 
-def _top_keys(table: KeyTable, probs: torch.Tensor, k: int) -> list[tuple[str, float]]:
-    """The ``k`` most likely distinct keys of one model, with their summed probability."""
-    take = min(probs.shape[-1], 4 * k + 8)
-    values, ids = torch.topk(probs, take)
+def _top_keys(table: KeyTable, dist: Dist, k: int) -> list[tuple[str, float]]:
+    """The ``k`` most likely distinct keys of one model, with their summed probability (over its ``4k + 8`` most
+    likely ids, which a row summary always holds: :func:`ensemble.dist.summary_size`)."""
     out: dict[str, float] = {}
-    for value, token_id in zip(values.tolist(), ids.tolist(), strict=True):
+    for token_id, value in dist.top(4 * k + 8):
         key = table.key(token_id)
         out[key] = out.get(key, 0.0) + value
         if len(out) >= k:
@@ -153,7 +154,7 @@ class Fuser:
     """Fuses the next-token distributions of a fixed set of models.
 
     Args:
-        names: model names, in the order logits will be given.
+        names: model names, in the order distributions will be given.
         tables: their key tables.
         fusion: ``"unite"`` or ``"gac"``.
         top_k: UniTE's k (also the length of recorded top-k lists).
@@ -161,6 +162,12 @@ class Fuser:
         lam: the heuristic's threshold λ.
         weights: model weights (normalised; equal when None).
         temperature: logits are divided by it before the softmax (sampling runs); 0 means 1.
+        whole: GaC over the whole union from whole rows even where the summaries decide (a check of them).
+
+    Greedy runs read only what a decision needs from each distribution (:mod:`ensemble.dist`): UniTE the
+    logits of its candidate keys; GaC the exact mass of every key that some model ranks among its summary's ids,
+    which decides the fused top-k whenever the k-th of them outweighs the most any other key can have (the
+    models' summary tails; otherwise, and for sampled runs and the geometric mean, whole rows over the union).
     """
 
     def __init__(
@@ -173,32 +180,35 @@ class Fuser:
         lam: float = 0.1,
         weights: dict[str, float] | None = None,
         temperature: float = 0.0,
+        whole: bool = False,
     ):
         self.names, self.tables = names, tables
         self.fusion, self.top_k, self.sharpen, self.lam = fusion, top_k, sharpen, lam
         raw = [float((weights or {}).get(n, 1.0)) for n in names]
         total = sum(raw)
         self.weights = [w / total for w in raw]
-        self.temperature = temperature if temperature and temperature > 0 else 1.0
+        self.tempered = bool(temperature and temperature > 0)
+        self.temperature = temperature if self.tempered else 1.0
+        self.whole = whole or self.tempered or (fusion == "gac" and sharpen == "geometric")
         self.union = union_vocab(tables) if fusion == "gac" else None
         self._first_token: list[dict[str, int | None]] = [{} for _ in tables]
 
-    def fuse(self, logits: list[torch.Tensor], drafter: int = 0, draft_key: str | None = None, boundary: int = 0) -> Fused:
+    def fuse(self, dists: list[Dist | torch.Tensor], drafter: int = 0, draft_key: str | None = None, boundary: int = 0) -> Fused:
         """Fuse one step. ``drafter`` is the index of the model whose top keys the heuristic may sharpen."""
         started = time.perf_counter()
-        logp = [torch.log_softmax(lg.float() / self.temperature, dim=-1) for lg in logits]
-        probs = [lp.exp() for lp in logp]
-        per_model_top = [_top_keys(t, p, self.top_k) for t, p in zip(self.tables, probs, strict=True)]
-        if self.fusion == "gac":
-            keys, before, mapped = self._gac(probs)
-        else:
-            keys, before, mapped = self._unite(logits, per_model_top)
-        after = None
-        if float(before.max()) < SHARPEN_BELOW and self.sharpen != "none":
-            if self.sharpen == "geometric":
-                after = self._geometric(mapped)
-            else:
-                after = self._heuristic(keys, before, _Vocab(self.tables[drafter]))
+        dists = [d if isinstance(d, Dist) else FullDist(d, summary_size(self.top_k)) for d in dists]  # rows given in process
+        if self.tempered:
+            dists = [FullDist(d.full().float() / self.temperature, d.size) for d in dists]
+        per_model_top = [_top_keys(t, d, self.top_k) for t, d in zip(self.tables, dists, strict=True)]
+        drafter_vocab = _Vocab(self.tables[drafter])
+        found = None
+        if self.fusion == "gac" and not self.whole:
+            found = self._gac_sized(dists, drafter_vocab)
+        if found is None and self.fusion == "gac":
+            found = self._gac_whole(dists, drafter_vocab)
+        if found is None:
+            found = self._unite(dists, per_model_top, drafter_vocab)
+        keys, position, before, after = found
         final = after if after is not None else before
         choice = keys[int(torch.argmax(final))]
         record = FusionRecord(
@@ -218,20 +228,21 @@ class Fuser:
             ms=0.0,
         )
         record.ms = round((time.perf_counter() - started) * 1000, 3)
-        position = self.union.position if self.union is not None else {k: i for i, k in enumerate(keys)}
         return Fused(choice, keys, position, final, record)
 
+    def _sharpens(self, before: torch.Tensor) -> bool:
+        return self.sharpen != "none" and float(before.max()) < SHARPEN_BELOW
+
     # -- UniTE ------------------------------------------------------------------------------------------
-    def _unite(self, logits, per_model_top) -> tuple[list[str], torch.Tensor, list[torch.Tensor]]:
+    def _unite(self, dists, per_model_top, drafter_vocab):
         union: dict[str, None] = {}
         for top in per_model_top:
             for key, _ in top:
                 union.setdefault(key, None)
         keys = list(union)
         mapped = []
-        for m, (table, lg) in enumerate(zip(self.tables, logits, strict=True)):
-            lg = lg.float() / self.temperature
-            single: list[int] = []  # one id per key, gathered in one op
+        for m, (table, dist) in enumerate(zip(self.tables, dists, strict=True)):
+            single: list[int] = []  # one id per key
             multi: list[tuple[int, list[int]]] = []
             missing: list[int] = []
             exact = [table.ids_for_key(key) for key in keys]
@@ -245,18 +256,25 @@ class Fuser:
                         claimed.add(first)
                 if not ids:
                     missing.append(i)
-                    ids = [0]
-                elif len(ids) > 1:
+                    single.append(-1)
+                    continue
+                if len(ids) > 1:
                     multi.append((i, ids))
                 single.append(ids[0])
-            row = lg[torch.tensor(single, dtype=torch.long)]
+            needed = sorted({t for t in single if t >= 0} | {t for _, ids in multi for t in ids})
+            logit = dict(zip(needed, dist.logits(needed).tolist(), strict=True))
+            row = torch.tensor([logit.get(t, 0.0) for t in single], dtype=torch.float32)
             for i, ids in multi:
-                row[i] = lg[ids].max()  # "the token whose key is exactly u": the most likely of them
+                row[i] = max(logit[t] for t in ids)  # "the token whose key is exactly u": the most likely of them
             if missing:
                 row[missing] = float("-inf")
             mapped.append(torch.softmax(row, dim=0))
         fused = sum(w * p for w, p in zip(self.weights, mapped, strict=True))
-        return keys, fused / fused.sum(), mapped
+        before = fused / fused.sum()
+        after = None
+        if self._sharpens(before):
+            after = self._geometric(mapped) if self.sharpen == "geometric" else heuristic_sharpen(keys, before, drafter_vocab, self.lam)
+        return keys, {k: i for i, k in enumerate(keys)}, before, after
 
     def _first(self, m: int, key: str) -> int | None:
         cache = self._first_token[m]
@@ -265,11 +283,54 @@ class Fuser:
         return cache[key]
 
     # -- GaC --------------------------------------------------------------------------------------------
-    def _gac(self, probs) -> tuple[list[str], torch.Tensor, list[torch.Tensor]]:
+    def _gac_sized(self, dists, drafter_vocab):
+        """GaC over the keys of the models' summaries, each with its exact fused mass (every id of the key, in
+        every model); None when a key outside them could still rank in the recorded top-k (or exceed λ)."""
         assert self.union is not None
-        mapped = [self.union.project(m, p) for m, p in enumerate(probs)]
-        fused = sum(w * p for w, p in zip(self.weights, mapped, strict=True))
-        return self.union.keys, fused / fused.sum(), mapped
+        candidates: set[str] = set()
+        for table, dist in zip(self.tables, dists, strict=True):
+            candidates.update(table.key(token_id) for token_id, _ in dist.top(dist.size))
+        keys = sorted(candidates, key=self.union.position.__getitem__)  # union order: ties break as over the union
+        mapped = []
+        for table, dist in zip(self.tables, dists, strict=True):
+            per_key = [table.ids_for_key(k) for k in keys]
+            needed = sorted({t for ids in per_key for t in ids})
+            prob = dict(zip(needed, dist.probs(needed).tolist(), strict=True))
+            at = [i for i, ids in enumerate(per_key) for _ in ids]
+            row = torch.zeros(len(keys), dtype=torch.float32)
+            row.index_add_(0, torch.tensor(at, dtype=torch.long), torch.tensor([prob[t] for ids in per_key for t in ids], dtype=torch.float32))
+            mapped.append(row)
+        before = sum(w * p for w, p in zip(self.weights, mapped, strict=True))
+        # The most any other key can have: each of its ids is below its model's summary tail.
+        outside = sum(w * t.most_ids_per_key * d.tail for w, t, d in zip(self.weights, self.tables, dists, strict=True))
+        kth = float(torch.topk(before, min(self.top_k, len(keys))).values[-1])
+        sharpening = self._sharpens(before)
+        if kth <= outside or (sharpening and self.lam <= outside):
+            return None
+        after = None
+        if sharpening:
+            # §3.3 on the union: every key that starts with k, counted in each model's own vocabulary.
+            after, added = before.clone(), 0.0
+            for i in torch.nonzero(before > self.lam).flatten().tolist():
+                if keys[i] not in drafter_vocab:
+                    continue
+                mass = sum(w * float(d.probs(t.ids_with_prefix(keys[i])).double().sum())
+                           for w, t, d in zip(self.weights, self.tables, dists, strict=True))
+                after[i] += mass - float(before[i])
+                added += mass - float(before[i])
+            after = after / (1.0 + added)  # the whole union's mass was 1 before
+        return keys, {k: i for i, k in enumerate(keys)}, before, after
+
+    def _gac_whole(self, dists, drafter_vocab):
+        """GaC over the whole union vocabulary, from whole rows."""
+        assert self.union is not None
+        mapped = [self.union.project(m, torch.softmax(d.full().float(), dim=-1)) for m, d in enumerate(dists)]
+        before = sum(w * p for w, p in zip(self.weights, mapped, strict=True))  # sums to 1 (a float32 sum over the
+        # union would be off by up to 1e-5: dividing by it moved every value that much)
+        after = None
+        if self._sharpens(before):
+            after = self._geometric(mapped) if self.sharpen == "geometric" else self._heuristic_union(before, drafter_vocab)
+        return self.union.keys, self.union.position, before, after
 
     # -- sharpening -------------------------------------------------------------------------------------
     def _geometric(self, mapped: list[torch.Tensor]) -> torch.Tensor:
@@ -280,16 +341,16 @@ class Fuser:
         log_mix = torch.where(present, log_mix, torch.full_like(log_mix, float("-inf")))
         return torch.softmax(log_mix, dim=0)
 
-    def _heuristic(self, keys: list[str], before: torch.Tensor, drafter_vocab: _Vocab) -> torch.Tensor:
-        if self.union is None:
-            return heuristic_sharpen(keys, before, drafter_vocab, self.lam)
-        # GaC: at most 1/λ keys exceed λ; prefix ranges in the sorted union make "every key that starts
-        # with k" one slice.
-        out = before.clone()
+    def _heuristic_union(self, before: torch.Tensor, drafter_vocab: _Vocab) -> torch.Tensor:
+        # At most 1/λ keys exceed λ; prefix ranges in the sorted union make "every key that starts with k" one slice.
+        assert self.union is not None
+        out, added = before.clone(), 0.0
         for i in torch.nonzero(before > self.lam).flatten().tolist():
             key = self.union.keys[i]
             if key not in drafter_vocab:
                 continue
             lo, hi = self.union.prefix_range(key)
-            out[i] += float(before[self.union.order[lo:hi]].double().sum()) - float(before[i])
-        return out / out.sum()
+            gain = float(before[self.union.order[lo:hi]].double().sum()) - float(before[i])
+            out[i] += gain
+            added += gain
+        return out / (1.0 + added)  # the union's mass was 1 before (a float32 sum over it is off by up to 1e-5)

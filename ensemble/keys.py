@@ -12,6 +12,7 @@ This module also tokenizes text with character spans, which the adapters and the
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from collections import Counter
@@ -212,6 +213,21 @@ class KeyTable:
             return shared
         token_id = self._single.get(key)
         return [] if token_id is None else [token_id]
+
+    @property
+    def most_ids_per_key(self) -> int:
+        """The most ids any one key has (bounds a key's probability from its ids' bounds)."""
+        return max((len(ids) for ids in self._shared.values()), default=1)
+
+    def ids_with_prefix(self, key: str) -> list[int]:
+        """Every id whose key starts with ``key`` (itself included), in key order: one slice of the sorted keys."""
+        if not hasattr(self, "_sorted"):
+            order = sorted(range(len(self.keys)), key=self.keys.__getitem__)
+            self._sorted = (order, [self.keys[i] for i in order])
+        order, ordered = self._sorted
+        lo = bisect.bisect_left(ordered, key)
+        hi = bisect.bisect_left(ordered, key + "\U0010ffff", lo)
+        return order[lo:hi]
 
     @property
     def fingerprint(self) -> int:

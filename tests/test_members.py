@@ -34,10 +34,19 @@ RUNS = [
 ]
 
 
+def _numbers(record) -> dict:
+    """Every number a token's record holds (its top-k, decision details, fusion record), timings left out."""
+    data = record.to_dict()
+    if data.get("fusion"):
+        data["fusion"].pop("ms", None)
+    return {k: data.get(k) for k in ("topk", "details", "fusion")}
+
+
 def _digest(trace) -> dict:
     return {
         "text": trace.text,
         "decisions": [(r.decision, r.text, r.model, r.start, r.end, r.condition) for r in trace.tokens],
+        "numbers": [_numbers(r) for r in trace.tokens],
         "passes": trace.stats.forward_passes,
         "forward_tokens": trace.stats.forward_tokens,
         "rounds": [(r.winner, r.accepted_text, r.scores) for r in trace.rounds],
@@ -54,6 +63,18 @@ def _assert_same(remote, local, method: str, drafter: str) -> None:
             assert mine[key].pop(drafter) >= theirs[key].pop(drafter)
         assert all("overlap_s" in r.timings and "ahead_tokens" in r.details for r in remote.rounds)
     assert mine == theirs
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The in-process runs compute on one thread, as the members do (``threads=1``): a matrix product's sums run in
+    another order on two threads, so its last bits, and the rounded probabilities the traces hold, would differ."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

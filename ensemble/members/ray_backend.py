@@ -19,22 +19,79 @@ import os
 import pickle
 import threading
 import uuid
+import zlib
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..cached import CachedModel, ForwardStats
+from ..dist import FullDist, RowMath, SizedDist
 from ..errors import Cancelled, EnsembleError, MemberDied
+from ..response import common_prefix
 from .base import Backend, Pooled
 
 WAIT_STEP_S = 0.05
 """How often a waiting coordinator thread checks the run's Stop flag while an actor computes."""
 
+KEEP_PASSES = 48
+"""Passes whose rows a session keeps for later questions (a SAFE round reads its draft's rows after the
+verification, and a draft made ahead is read a round later: at most about 20 passes back)."""
+
+KEEP_BYTES = 256 << 20
+"""And at most this many bytes of rows per session (the newest pass is always kept)."""
+
+
+def _prefix_check(ids: list[int], keep: int) -> int:
+    """A checksum of the first ``keep`` ids, so a member never extends a prefix other than the coordinator's."""
+    return zlib.crc32(np.asarray(ids[:keep], dtype=np.int64).tobytes())
+
+
+class _Session:
+    """One run's state in a member: its runtime (KV cache) and the rows of its latest passes, by handle."""
+
+    def __init__(self, model):
+        self.model = model
+        self.cancel = threading.Event()
+        model.cancel = self.cancel
+        self.kept: OrderedDict[int, list[RowMath]] = OrderedDict()
+        self.bytes = 0
+        self.handles = 0
+
+    def ids(self, keep: int, check: int, tail: list[int]) -> list[int]:
+        """The ids the coordinator means: the first ``keep`` of those the cache holds, then ``tail``."""
+        held = list(self.model.cache_ids)
+        if keep > len(held) or _prefix_check(held, keep) != check:
+            raise EnsembleError("A member's KV cache no longer holds the ids its coordinator extends (a member restarted?).")
+        return held[:keep] + list(tail)
+
+    def keep(self, rows: torch.Tensor) -> int:
+        handle, self.handles = self.handles, self.handles + 1
+        self.kept[handle] = [RowMath(r) for r in rows]
+        self.bytes += rows.nbytes
+        while len(self.kept) > 1 and (len(self.kept) > KEEP_PASSES or self.bytes > KEEP_BYTES):
+            _, old = self.kept.popitem(last=False)
+            self.bytes -= sum(m.row.nbytes for m in old)
+        return handle
+
+    def row(self, handle: int, index: int) -> RowMath:
+        found = self.kept.get(handle)
+        if found is None:
+            raise EnsembleError(f"A member no longer holds the rows of pass {handle} (it keeps the last {KEEP_PASSES}).")
+        return found[index]
+
 
 class MemberActor:
-    """The process side of a member: one model, one :class:`CachedModel` per session (run)."""
+    """The process side of a member: one model, one :class:`_Session` (KV cache and recent rows) per run.
+
+    A call sends the ids as a delta (how many of the ids the session's cache holds it keeps, a checksum of them,
+    and the new ids) and gets back, per asked position, a row's :class:`~ensemble.dist.Summary` (``size`` given)
+    or the whole row (``size`` None: sampled runs); other ids' numbers come from :meth:`values`. ``cancel`` runs
+    beside the compute calls (its own concurrency group), so a Stop ends a multi-pass call after its current pass.
+    """
 
     def __init__(self, how: dict, threads: int | None):
         if threads:
@@ -49,24 +106,20 @@ class MemberActor:
             model, device = how["model"], how["device"]
             model.eval()
             self._new = lambda: CachedModel(model, device)
-        self.sessions: dict[str, CachedModel] = {}
+        self.sessions: dict[str, _Session] = {}
+        self._lock = threading.Lock()
 
     def ready(self) -> dict:
         import ray
 
         return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(), "threads": torch.get_num_threads()}
 
-    def _session(self, session: str) -> CachedModel:
-        found = self.sessions.get(session)
-        if found is None:
-            found = self.sessions[session] = self._new()
-        return found
-
-    @staticmethod
-    def _answer(model: CachedModel, before: ForwardStats, logits: torch.Tensor):
-        after = model.stats
-        cost = (after.passes - before.passes, after.tokens - before.tokens, after.seconds - before.seconds)
-        return logits.cpu().numpy(), cost
+    def _session(self, session: str) -> _Session:
+        with self._lock:
+            found = self.sessions.get(session)
+            if found is None:
+                found = self.sessions[session] = _Session(self._new())
+            return found
 
     def _threads(self, model, threads: int | None) -> None:
         """The session's thread count for this pass (None: the actor's default, whatever an earlier run asked);
@@ -77,33 +130,83 @@ class MemberActor:
         elif torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
 
-    def rows(self, session: str, ids: list[int], positions: list[int], threads: int | None = None):
-        model = self._session(session)
-        self._threads(model, threads)
-        before = ForwardStats(**vars(model.stats))
-        return self._answer(model, before, model.rows(ids, positions))
+    @staticmethod
+    def _cost(model, before: ForwardStats) -> tuple[int, int, float]:
+        after = model.stats
+        return after.passes - before.passes, after.tokens - before.tokens, after.seconds - before.seconds
+
+    @staticmethod
+    def _answer(s: _Session, rows: torch.Tensor, size: int | None):
+        if size is None:
+            return rows.numpy(), None
+        handle = s.keep(rows)
+        return [m.summary(size) for m in s.kept[handle]], handle
+
+    def rows(self, session: str, keep: int, check: int, tail: list[int], positions: list[int], threads: int | None, size: int | None):
+        s = self._session(session)
+        self._threads(s.model, threads)
+        before = ForwardStats(**vars(s.model.stats))
+        rows = s.model.rows(s.ids(keep, check, tail), positions)
+        return (*self._answer(s, rows, size), self._cost(s.model, before))
+
+    def draft(self, session: str, keep: int, check: int, tail: list[int], n: int, stop: list[int], threads: int | None, size: int):
+        """Greedy drafting of up to ``n`` tokens in this process (one call instead of one per token): each step's
+        row is kept and summarised; a token of ``stop`` (end of sequence) ends the draft unappended."""
+        s = self._session(session)
+        self._threads(s.model, threads)
+        before = ForwardStats(**vars(s.model.stats))
+        ids, stop_ids = s.ids(keep, check, tail), set(stop)
+        tokens, summaries, handles = [], [], []
+        for _ in range(n):
+            rows = s.model.rows(ids, [len(ids) - 1])
+            (summary,), handle = self._answer(s, rows, size)
+            tokens.append(summary.argmax)
+            summaries.append(summary)
+            handles.append(handle)
+            if summary.argmax in stop_ids:
+                break
+            ids.append(summary.argmax)
+        return tokens, summaries, handles, self._cost(s.model, before)
+
+    def values(self, session: str, handle: int, index: int, ids: list[int]):
+        return self._session(session).row(handle, index).values(ids)
+
+    def row(self, session: str, handle: int, index: int):
+        return self._session(session).row(handle, index).row.numpy()
 
     def branch(self, session: str, ctx: int, blocks: list[list[int]], targets: list[int], threads: int | None = None):
-        model = self._session(session)
-        self._threads(model, threads)  # its cache holds exactly the context: score_inline just asked for its logits
-        before = ForwardStats(**vars(model.stats))
-        return self._answer(model, before, model.branch_scores(ctx, blocks, targets))
+        s = self._session(session)
+        self._threads(s.model, threads)  # its cache holds exactly the context: score_inline just asked for its logits
+        before = ForwardStats(**vars(s.model.stats))
+        return s.model.branch_scores(ctx, blocks, targets).numpy(), None, self._cost(s.model, before)
+
+    def cancel(self, session: str) -> None:
+        """Stop: the session's next pass raises (a draft of several passes ends after the one in flight)."""
+        found = self.sessions.get(session)
+        if found is not None:
+            found.cancel.set()
+
+    cancel.__ray_concurrency_group__ = "control"  # ray.method(concurrency_group=...): runs while a pass computes
 
     def drop(self, session: str) -> None:
         if session in self.sessions:
-            self.sessions[session].drop()
+            s = self.sessions[session]
+            s.model.drop()
+            s.kept.clear()
+            s.bytes = 0
 
     def close(self, session: str) -> None:
-        found = self.sessions.pop(session, None)
+        with self._lock:
+            found = self.sessions.pop(session, None)
         if found is not None:
-            found.close()
+            found.model.close()
 
 
 @cache
 def _actor_class():
     import ray
 
-    return ray.remote(MemberActor)
+    return ray.remote(concurrency_groups={"control": 1})(MemberActor)
 
 
 class _Member:
@@ -116,9 +219,10 @@ class _Member:
 
 class RemoteModel:
     """The runtime interface of :class:`CachedModel` (``rows``, ``branch_scores``, ``drop``, ``stats``,
-    ``cancel``) over an actor session. It mirrors which ids the actor's cache holds, so a repeated question
-    (the logits after the ids just computed) is answered without a round trip, exactly where the in-process
-    cache answers without a forward pass."""
+    ``cancel``) over an actor session, plus what keeps messages small: ``dists`` (row summaries, other ids on
+    request), ``draft_greedy`` (a whole greedy draft in one call). It mirrors the ids the actor's cache holds, so
+    each call sends only the new ids, and a repeated question (the row after the ids just computed) is answered
+    without a round trip, exactly where the in-process cache answers without a forward pass."""
 
     def __init__(self, backend: RayBackend, member: _Member):
         self.backend, self.member = backend, member
@@ -126,12 +230,15 @@ class RemoteModel:
         self.device = torch.device("cpu")
         self.stats = ForwardStats()
         self.cancel: threading.Event | None = None
-        self.cache_ids: list[int] = []
-        self._last: torch.Tensor | None = None
-        self.threads: int | None = None  # torch threads for this session's passes (None: the actor's own)
+        self.cache_ids: list[int] = []  # the ids the actor's cache holds
+        self._last: tuple | None = None  # (ids, the Dist or row after them)
+        self.threads: int | None = None  # threads for this session's passes (None: the actor's own)
 
     def check_cancel(self) -> None:
         if self.cancel is not None and self.cancel.is_set():
+            if not self.member.dead:
+                with contextlib.suppress(Exception):  # stop the actor's multi-pass call after its current pass
+                    self.member.actor.cancel.remote(self.session)
             raise Cancelled("Stopped by the user.")
 
     def _call(self, method: str, *args):
@@ -140,36 +247,81 @@ class RemoteModel:
         self.check_cancel()
         if self.member.dead:
             raise MemberDied(self.member.label, self.member.info.get("pid"))
-        self.stats.bytes += len(pickle.dumps(args, protocol=5))  # what this call sends (ids, positions, a mask)
+        self.stats.bytes += len(pickle.dumps(args, protocol=5))  # what this call sends
         try:
             ref = getattr(self.member.actor, method).remote(self.session, *args)
             while True:
                 done, _ = ray.wait([ref], timeout=WAIT_STEP_S)
                 if done:
-                    array, (passes, tokens, seconds) = ray.get(done[0])
+                    result = ray.get(done[0])
                     break
-                self.check_cancel()  # Stop: stop waiting now; the actor finishes its one pass on its own
+                self.check_cancel()  # Stop: stop waiting now; the actor ends the call after the pass in flight
         except ray.exceptions.RayActorError as exc:
             self.member.dead = True
             raise MemberDied(self.member.label, self.member.info.get("pid")) from exc
+        except ray.exceptions.RayTaskError as exc:
+            cause = exc.as_instanceof_cause()
+            raise (cause if isinstance(cause, EnsembleError) else EnsembleError(f"Member {self.member.label}: {exc}")) from None
+        self.stats.bytes += len(pickle.dumps(result, protocol=5))  # and what it receives
+        return result
+
+    def _count(self, cost) -> None:
+        passes, tokens, seconds = cost
         self.stats.passes += passes
         self.stats.tokens += tokens
         self.stats.seconds += seconds
-        self.stats.bytes += array.nbytes
-        return torch.from_numpy(array.copy())
+
+    def _delta(self, ids: list[int]) -> tuple[int, int, list[int]]:
+        keep = common_prefix(self.cache_ids, ids)
+        return keep, _prefix_check(ids, keep), ids[keep:]
+
+    def _sized(self, summary, handle: int, index: int, size: int) -> SizedDist:
+        return SizedDist(
+            summary,
+            lambda ids: self._call("values", handle, index, ids),
+            lambda: torch.from_numpy(self._call("row", handle, index)),
+            size,
+        )
+
+    def _ask(self, ids: list[int], positions: list[int], size: int | None):
+        last = len(ids) - 1
+        if positions == [last] and self._last is not None and self._last[0] == ids and (size is None) == self._last[2]:
+            return [self._last[1]]
+        payload, handle, cost = self._call("rows", *self._delta(ids), positions, self.threads, size)
+        self._count(cost)
+        self.cache_ids = ids
+        if size is None:
+            out = [torch.from_numpy(r.copy()) for r in payload]
+        else:
+            out = [self._sized(summary, handle, i, size) for i, summary in enumerate(payload)]
+        self._last = (ids, out[-1], size is None) if positions[-1] == last else None
+        return out
 
     def rows(self, ids, positions) -> torch.Tensor:
-        ids, positions = list(ids), list(positions)
-        last = len(ids) - 1
-        if positions == [last] and self._last is not None and ids == self.cache_ids:
-            return self._last[None]
-        logits = self._call("rows", ids, positions, self.threads)
-        self.cache_ids = ids
-        self._last = logits[-1] if positions[-1] == last else None
-        return logits
+        """Whole rows (sampled runs; tests)."""
+        return torch.stack(self._ask(list(ids), list(positions), None))
+
+    def dists(self, ids, positions, size: int, full: bool = False) -> list:
+        """The distributions after ``positions`` of ``ids``: summaries (``full``: whole rows, read in process)."""
+        if full:
+            return [FullDist(r, size) for r in self._ask(list(ids), list(positions), None)]
+        return self._ask(list(ids), list(positions), size)
+
+    def draft_greedy(self, ids: list[int], n: int, stop: set[int], size: int) -> list[tuple[int, SizedDist]]:
+        """Up to ``n`` greedy tokens after ``ids`` drafted in the member in one call, each with its distribution;
+        a token of ``stop`` ends the draft (returned, not appended)."""
+        ids = list(ids)
+        tokens, summaries, handles, cost = self._call("draft", *self._delta(ids), n, sorted(stop), self.threads, size)
+        self._count(cost)
+        dists = [self._sized(summary, h, 0, size) for summary, h in zip(summaries, handles, strict=True)]
+        self.cache_ids = ids + tokens[:-1]
+        self._last = (self.cache_ids, dists[-1], False) if tokens else None
+        return list(zip(tokens, dists, strict=True))
 
     def branch_scores(self, ctx: int, blocks: list[list[int]], targets: list[int]) -> torch.Tensor:
-        return self._call("branch", ctx, blocks, targets, self.threads)
+        array, _, cost = self._call("branch", ctx, blocks, targets, self.threads)
+        self._count(cost)
+        return torch.from_numpy(array.copy())
 
     def drop(self) -> None:
         self.cache_ids, self._last = [], None
@@ -177,7 +329,7 @@ class RemoteModel:
             self.member.actor.drop.remote(self.session)
 
     def close(self) -> None:
-        """Free the session's KV cache in the actor (a run's end)."""
+        """Free the session's KV cache and rows in the actor (a run's end)."""
         if not self.member.dead:
             with contextlib.suppress(Exception):  # the actor is gone or Ray is shutting down: nothing to free
                 self.member.actor.close.remote(self.session)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..adapter import ModelAdapter
+from ..dist import Dist, ProbsDist, summary_size
 from ..errors import Cancelled, InputError
 from ..keys import EOS_KEY, MAX_PROMPT_CHARS, display_key, replace_lone_surrogates
 from ..members.base import LOCAL, Backend
@@ -79,10 +80,14 @@ class Chooser:
             probs = filtered / filtered.sum()
         return probs
 
-    def __call__(self, logits: torch.Tensor) -> int:
+    def dist(self, dist: Dist) -> Dist:
+        """The distribution this chooser draws from, read like any other (greedy: the model's own)."""
+        return dist if self.greedy else ProbsDist(self.probs(dist.full()), dist.size)
+
+    def __call__(self, dist: Dist) -> int:
         if self.greedy:
-            return int(torch.argmax(logits))
-        return int(torch.multinomial(self.probs(logits), 1, generator=self.generator))
+            return dist.argmax()
+        return int(torch.multinomial(self.probs(dist.full()), 1, generator=self.generator))
 
     def sample(self, probs: torch.Tensor) -> int:
         return int(torch.multinomial(probs, 1, generator=self.generator))
@@ -145,6 +150,8 @@ class Run:
         for adapter in adapters:
             adapter.reset_stats()
             adapter.cancel = self.cancel
+            adapter.summary_size = summary_size(settings.top_k)
+            adapter.full_rows = reads_whole_rows(method, settings)
             adapter.start(self.prompt)
             if kept:  # a fork (ensemble.fork): the response so far is the run's kept text, tokenized afresh
                 adapter.sync(kept)
@@ -333,11 +340,15 @@ class Run:
         return self.trace
 
 
-def model_topk(
-    adapter: ModelAdapter, logits: torch.Tensor | None = None, k: int = 5, probs: torch.Tensor | None = None
-) -> list[list]:
-    """A model's top-k keys and probabilities (from ``probs`` when already computed, else from ``logits``)."""
-    if probs is None:
-        probs = torch.softmax(logits.float(), dim=-1)
-    values, ids = torch.topk(probs, k)
-    return [[display_key(adapter.keys.key(i)), round(float(v), 6)] for v, i in zip(values.tolist(), ids.tolist(), strict=True)]
+def reads_whole_rows(method: str, settings: Settings) -> bool:
+    """Whether a run reads its members' whole rows (:mod:`ensemble.dist`): when it samples (a tempered, nucleus
+    filtered draw), and for GaC's geometric mean over the whole union vocabulary; every greedy run with the
+    default sharpening reads summaries."""
+    fusion = method if method in ("unite", "gac") else settings.fusion
+    sampled = settings.temperature > 0 or (method == "specem" and settings.sample_drafts)
+    return sampled or (method != "specem" and fusion == "gac" and settings.sharpen_for(method) == "geometric")
+
+
+def model_topk(adapter: ModelAdapter, dist: Dist, k: int = 5) -> list[list]:
+    """A model's top-k keys and probabilities."""
+    return [[display_key(adapter.keys.key(i)), round(float(p), 6)] for i, p in dist.top(k)]

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import torch
-
 from ..decisions import FusedDetails, GatedDetails
 from ..fusion import Fuser
 from ..keys import EOS_KEY
@@ -38,33 +36,31 @@ def run_every_token(run: Run, fusion: str) -> Iterator:
     gate = settings.gac_gate if fusion == "gac" else None
     while run.budget_left > 0:
         run.check_cancel()
-        logits = run.backend.map(lambda a: a.next_logits(), adapters)  # at the same time on a process backend
+        dists = run.backend.map(lambda a: a.next_dist(), adapters)  # at the same time on a process backend
         boundary = len(run.text)
         lead = adapters[primary]
-        lead_probs = chooser.probs(logits[primary])
-        if gate is not None and float(lead_probs.max()) >= gate:  # GaC fuses only below the gate
-            token_id = chooser(logits[primary])
+        lead_top = chooser.dist(dists[primary]).top_prob
+        if gate is not None and lead_top >= gate:  # GaC fuses only below the gate
+            token_id = chooser(dists[primary])
             key = lead.keys.key(token_id)
             decision, fused = Decision.GATED, None
-            details = GatedDetails(primary=lead.name, primary_top=round(float(lead_probs.max()), 4), gate=gate)
+            details = GatedDetails(primary=lead.name, primary_top=round(lead_top, 4), gate=gate)
             who = lead.name
-            topk = model_topk(lead, logits[primary], 5)
+            topk = model_topk(lead, dists[primary], 5)
         else:
-            fused = fuser.fuse(logits, drafter=primary, boundary=boundary)
+            fused = fuser.fuse(dists, drafter=primary, boundary=boundary)
             key = fused.choice if chooser.greedy else fused.keys[chooser.sample(fused.probs)]
             decision, topk = Decision.FUSED, None
             support = {
-                a.name: round(float(torch.softmax(lg.float(), -1)[a.keys.ids_for_key(key)].sum()), 4)
-                if a.keys.ids_for_key(key)
-                else 0.0
-                for a, lg in zip(adapters, logits, strict=True)
+                a.name: round(float(d.probs(a.keys.ids_for_key(key)).sum()), 4) if a.keys.ids_for_key(key) else 0.0
+                for a, d in zip(adapters, dists, strict=True)
             }
             details = FusedDetails(support=support, in_vocab=[a.name for a in adapters if a.keys.ids_for_key(key)])
             who = max(support.items(), key=lambda kv: kv[1])[0]
         if key == EOS_KEY:
             run.add("", EOS_KEY, who, decision, details=details, fusion=fused.record if fused else None, topk=topk)
             return "eos"
-        piece, finisher, first = follow_key(adapters, logits, run.text, key)
+        piece, finisher, first = follow_key(adapters, dists, run.text, key)
         if finisher is not None:
             details.completed_by = finisher.name
         # How every model now cuts the text around this step (models lacking the key were re-tokenized).

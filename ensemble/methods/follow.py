@@ -11,12 +11,13 @@ from __future__ import annotations
 import torch
 
 from ..adapter import ModelAdapter
+from ..dist import Dist
 from ..keys import is_complete, is_control
 from ..trace import Decision
 from .base import Run
 
 
-def follow_key(adapters: list[ModelAdapter], logits: list[torch.Tensor], text: str, key: str) -> tuple[str, ModelAdapter | None, int]:
+def follow_key(adapters: list[ModelAdapter], dists: list[Dist], text: str, key: str) -> tuple[str, ModelAdapter | None, int]:
     """Extend every model by ``key``.
 
     Returns the text added, and when the key ended inside a character (a byte token): the model that finished
@@ -25,16 +26,16 @@ def follow_key(adapters: list[ModelAdapter], logits: list[torch.Tensor], text: s
     """
     if not is_complete(key):
         scores = []
-        for a, lg in zip(adapters, logits, strict=True):
+        for a, d in zip(adapters, dists, strict=True):
             ids = a.keys.ids_for_key(key)
-            scores.append(float(torch.softmax(lg.float(), -1)[ids].sum()) if ids else -1.0)
+            scores.append(float(d.probs(ids).sum()) if ids else -1.0)
         owner = adapters[max(range(len(adapters)), key=scores.__getitem__)]
         first = len(owner.ids)
         owner.append_ids(owner.key_ids(key))
         for _ in range(4):
             if owner.finished:
                 break
-            owner.append(int(torch.argmax(owner.next_logits())))
+            owner.append(owner.next_dist().argmax())
         finished = owner.finished
         if not finished:  # not valid UTF-8 after all: drop the stray bytes, keep whole characters
             owner.sync(owner.text)
@@ -45,10 +46,10 @@ def follow_key(adapters: list[ModelAdapter], logits: list[torch.Tensor], text: s
         if not finished:
             owner = None
         return new_text[len(text) :], owner, first
-    for a, lg in zip(adapters, logits, strict=True):
+    for a, d in zip(adapters, dists, strict=True):
         ids = a.keys.ids_for_key(key)
         if ids and a.finished:
-            best = ids[0] if len(ids) == 1 else ids[int(torch.argmax(lg[ids]))]
+            best = ids[0] if len(ids) == 1 else ids[int(torch.argmax(d.logits(ids)))]
             a.append(best)
         elif not is_control(key):  # (a control token this model lacks changes nothing for it)
             a.sync(text + key)

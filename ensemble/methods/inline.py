@@ -9,8 +9,6 @@ runs where the model is: :meth:`ensemble.cached.CachedModel.branch_scores`, in t
 
 from __future__ import annotations
 
-import torch
-
 from ..adapter import ModelAdapter
 
 
@@ -21,8 +19,10 @@ def score_inline(adapter: ModelAdapter, context: int, blocks: list[list[int]]) -
     first ``context`` response tokens; its cache is cropped back to them afterwards.
     """
     adapter.truncate_tokens(context)
-    first = adapter.next_logits().float()
-    first_logp = torch.log_softmax(first, dim=-1)
+    first = adapter.next_dist()
+    heads = sorted({block[0] for block in blocks if block})
+    first_raw = dict(zip(heads, first.logits(heads).tolist(), strict=True))
+    first_logp = dict(zip(heads, first.logprobs(heads).tolist(), strict=True))
     flat = [t for block in blocks for t in block]
     if not flat:
         return [([], []) for _ in blocks]
@@ -37,7 +37,7 @@ def score_inline(adapter: ModelAdapter, context: int, blocks: list[list[int]]) -
         if not block:
             results.append(([], []))
             continue
-        lps = [float(first_logp[block[0]])] + logp[off : off + len(block) - 1]
-        raws = [float(first[block[0]])] + raw[off : off + len(block) - 1]
+        lps = [first_logp[block[0]]] + logp[off : off + len(block) - 1]
+        raws = [first_raw[block[0]]] + raw[off : off + len(block) - 1]
         results.append((lps, raws))
     return results

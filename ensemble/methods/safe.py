@@ -41,6 +41,7 @@ from ..decisions import (
     GatedDetails,
     OovBlockedDetails,
 )
+from ..dist import Dist
 from ..fusion import Fuser
 from ..keys import EOS_KEY, display_key, is_complete, is_control
 from ..trace import Decision, FusionRecord, RoundRecord
@@ -49,8 +50,8 @@ from .follow import follow_key, record_followed
 
 SPLIT_WINDOW = 12
 
-Edges = dict[str, dict[int, tuple[int | None, torch.Tensor]]]
-"""verifier -> boundary -> (its own next token there, None for its end of sequence; its logits there)."""
+Edges = dict[str, dict[int, tuple[int | None, Dist]]]
+"""verifier -> boundary -> (its own next token there, None for its end of sequence; its distribution there)."""
 
 
 def _covering_starts(starts: set[int], edges: set[int]) -> dict[int, int]:
@@ -71,7 +72,7 @@ class Draft:
 
     base: int
     first: int
-    tokens: list[tuple[int, torch.Tensor]]  # (token id, the logits it was chosen from)
+    tokens: list[tuple[int, Dist]]  # (token id, the distribution it was chosen from)
     text: str
     eos: bool  # the last token is the drafter's end of sequence (returned by ``draft``, never appended)
 
@@ -84,7 +85,7 @@ class Ahead:
     """A draft made ahead (pipelining): its length asked, the tokens with their logits, the ids appended."""
 
     n: int
-    tokens: list[tuple[int, torch.Tensor]]
+    tokens: list[tuple[int, Dist]]
     ids: list[int]
 
 
@@ -110,12 +111,12 @@ def _accepted(draft: Draft, verdicts: list[Verdict]) -> int:
     return len(verdicts) - (1 if last_is_end else 0)
 
 
-def _key_prob(adapter: ModelAdapter, probs: torch.Tensor, token_id: int | None) -> float:
+def _key_prob(adapter: ModelAdapter, dist: Dist, token_id: int | None) -> float:
     """Probability of a token; for end of sequence, of every EOS id of the model."""
     if token_id is None:
         ids = sorted(adapter.keys.eos_ids)
-        return float(probs[ids].sum()) if ids else 0.0
-    return float(probs[token_id])
+        return float(dist.probs(ids).sum()) if ids else 0.0
+    return dist.prob(token_id)
 
 
 def run_safe(run: Run) -> Iterator:
@@ -277,10 +278,10 @@ class Safe:
 
     def decide_token(self, draft: Draft, j: int, edges: Edges) -> Verdict:
         drafter = self.drafter
-        token_id, logits = draft.tokens[j]
+        token_id, dist = draft.tokens[j]
         key = drafter.keys.key(token_id)
-        probs = self.chooser.probs(logits)  # once per token: P(d_j), the drafter's top-k
-        topk = model_topk(drafter, k=5, probs=probs)
+        chosen = self.chooser.dist(dist)  # what the drafter drew from: P(d_j), its top-k
+        topk = model_topk(drafter, chosen, k=5)
         end = draft.ends_at(j)
         boundary = len(drafter.text) if end else drafter.token_start(draft.first + j)
         if is_control(key) and not end:
@@ -296,7 +297,7 @@ class Safe:
                                             **self.tops_when_blocked(boundary, edges, topk))
                 verdict = Verdict(Decision.OOV_BLOCKED, details, condition=condition)
             else:
-                verdict = self.check(token_id, key, logits, probs, boundary, edges, end)
+                verdict = self.check(token_id, key, dist, chosen, boundary, edges, end)
             # How every model cuts the text around this point (what the inspector shows).
             at = boundary if boundary is not None else drafter.covered(draft.first + j)
             verdict.details.splits = {a.name: a.tokens_near(at) for a in self.order}
@@ -319,35 +320,34 @@ class Safe:
             if at is None or at not in edges[v.name]:
                 continue
             next_id, row = edges[v.name][at]
-            tops[v.name] = model_topk(v, k=5, probs=torch.softmax(row.float(), dim=-1))
+            tops[v.name] = model_topk(v, row, k=5)
             start[v.name] = at
             tokens[v.name] = "<eos>" if next_id is None else display_key(v.keys.key(next_id))
         if len(tops) == 1:
             return {}
         return {"per_model_top": tops, "verifier_from": start, "verifier_tokens": tokens}
 
-    def check(self, token_id, key, logits, probs, boundary, edges: Edges, end: bool) -> Verdict:
+    def check(self, token_id, key, dist: Dist, chosen: Dist, boundary, edges: Edges, end: bool) -> Verdict:
         """3b. consensus, 3c. GaC's gate (off: ``gate`` None), 3d. fusion, at a boundary every verifier shares.
         The consensus mean is weighted by the models' fusion weights (App. H), which the fuser holds
         normalised in the order drafter, verifiers."""
         drafter, verifiers = self.drafter, self.verifiers
-        p_draft = float(probs[token_id])
+        p_draft = chosen.prob(token_id)
         own, verifier_top = {}, {}
         unanimous = True
         for v in verifiers:
             next_id, row = edges[v.name][boundary]
             if end:
                 next_id = None  # the verifier's own continuation at the end of the text is its EOS
-            v_probs = torch.softmax(row.float(), dim=-1)
-            own[v.name] = (next_id, _key_prob(v, v_probs, next_id))
-            verifier_top[v.name] = model_topk(v, k=5, probs=v_probs)
-            top = int(torch.argmax(v_probs))
+            own[v.name] = (next_id, _key_prob(v, row, next_id))
+            verifier_top[v.name] = model_topk(v, row, k=5)
+            top = row.argmax()
             unanimous &= (top in v.keys.eos_ids) if next_id is None else (top == next_id)
         weights = self.fuser.weights
         mean_p = weights[0] * p_draft + sum(w * own[v.name][1] for w, v in zip(weights[1:], verifiers, strict=True))
         checked = {
             "boundary": boundary,
-            "per_model_top": {drafter.name: model_topk(drafter, k=5, probs=probs), **verifier_top},
+            "per_model_top": {drafter.name: model_topk(drafter, chosen, k=5), **verifier_top},
             "mean_prob": round(mean_p, 4),
             "probs": {drafter.name: round(p_draft, 4), **{n: round(p, 4) for n, (_, p) in own.items()}},
             "verifier_tokens": {
@@ -358,28 +358,30 @@ class Safe:
             return Verdict(Decision.CONSENSUS, ConsensusDetails(**checked), condition="unanimous")
         if mean_p > 0.5:
             return Verdict(Decision.CONSENSUS, ConsensusDetails(**checked), condition="confident")
-        top = float(probs.max())
+        top = chosen.top_prob
         if self.gate is not None and top >= self.gate:
             details = GatedDetails(**checked, primary=drafter.name, primary_top=round(top, 4), gate=self.gate)
             return Verdict(Decision.GATED, details)
-        rows = [logits] + [edges[v.name][boundary][1] for v in verifiers]
+        rows = [dist] + [edges[v.name][boundary][1] for v in verifiers]
         fused = self.fuser.fuse(rows, drafter=0, draft_key=key, boundary=boundary)
         if self.chooser.greedy:
             choice = fused.choice
         else:
-            choice, checked["accept_prob"] = self.accept_or_resample(fused, key, probs, p_draft)
+            choice, checked["accept_prob"] = self.accept_or_resample(fused, key, dist, p_draft)
         checked["fused_prob"] = round(fused.prob_of(choice), 4)
         if choice == key:
             return Verdict(Decision.ENSEMBLED_KEPT, EnsembledKeptDetails(**checked), fusion=fused.record)
         details = EnsembledReplacedDetails(**checked)
         return Verdict(Decision.ENSEMBLED_REPLACED, details, fusion=fused.record, replace=choice)
 
-    def accept_or_resample(self, fused, key: str, probs: torch.Tensor, p_draft: float) -> tuple[str, float]:
+    def accept_or_resample(self, fused, key: str, dist: Dist, p_draft: float) -> tuple[str, float]:
         """Paper App. H: accept the draft with probability min(1, P_ens / P_draft); on rejection sample from
-        the residual max(0, P_ens - P_draft) over the fused candidates (speculative sampling)."""
+        the residual max(0, P_ens - P_draft) over the fused candidates (speculative sampling). A sampled run
+        reads whole rows (:func:`~ensemble.methods.base.reads_whole_rows`)."""
         chooser, accept = self.chooser, min(1.0, fused.prob_of(key) / max(p_draft, 1e-12))
         if chooser.uniform() < accept:
             return key, round(accept, 4)
+        probs = chooser.probs(dist.full())
         if self.fuser.union is not None:
             draft_on_keys = self.fuser.union.project(0, probs)
         else:

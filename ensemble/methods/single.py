@@ -15,9 +15,9 @@ def run_single(run: Run, record_topk: int = 5) -> Iterator:
     chooser = Chooser(run.settings.temperature, run.settings.top_p, run.settings.seed)
     while run.budget_left > 0:
         run.check_cancel()
-        logits = adapter.next_logits()
-        token_id = chooser(logits)
-        topk = model_topk(adapter, logits, record_topk) if record_topk else None
+        dist = adapter.next_dist()
+        token_id = chooser(dist)
+        topk = model_topk(adapter, dist, record_topk) if record_topk else None
         if adapter.keys.key(token_id) == EOS_KEY:
             run.add("", EOS_KEY, adapter.name, Decision.DRAFTER, topk=topk)
             return "eos"
