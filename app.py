@@ -21,7 +21,7 @@ from ensemble.access import offered_members
 from ensemble.align import compare
 from ensemble.errors import EnsembleError, InputError, TraceFormatError
 from ensemble.fork import DRAFTER_ALONE, member_names, run_fork
-from ensemble.members import backend_from_env
+from ensemble.members import backend_from_env, close_backends, interrupt_on_sigterm
 from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
 from ensemble.methods.base import clean_prompt
 from ensemble.models import DEFAULT_ENSEMBLE, DEFAULT_MODELS, EMBEDDED, GPU_PRESETS, ModelPool
@@ -147,6 +147,8 @@ def run_stream(prompt, method, model_names, drafter, settings_values: dict, requ
             yield view
     except Exception as exc:  # noqa: BLE001 - a failing model must not take the app down
         session["job"], session["trace"] = None, job.trace  # the partial trace stays inspectable
+        if pending:  # what was committed before the failure goes on the strip too
+            view = view._replace(strip=view.strip + builder.add(pending, job.run.text))
         kind = "" if isinstance(exc, EnsembleError) else f"The run failed: {type(exc).__name__}: "
         yield view._replace(status=visual.status_html(f"⚠️ {kind}{exc}. Other runs are not affected." if kind else f"⚠️ {exc}"))
         return
@@ -736,6 +738,10 @@ def launch(port: int | None = None, block: bool = True, host: str | None = None)
 
 
 if __name__ == "__main__":
+    interrupt_on_sigterm()  # `kill PID` stops the server as Ctrl-C does, and the member processes with it
     if os.environ.get("ENSEMBLE_LENS_NO_WARMUP") != "1":
         warm_up()
-    launch()
+    try:
+        launch()
+    finally:
+        close_backends()  # the member processes (and a Ray cluster this process started) end with the app

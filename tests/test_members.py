@@ -18,6 +18,7 @@ import pytest
 from ensemble.errors import EnsembleError, MemberDied, SettingsError
 from ensemble.members import make_backend, parse_resources
 from ensemble.methods import EnsembleRun, generate
+from ensemble.methods.base import TokenEvent
 from ensemble.settings import Settings
 
 pytest.importorskip("ray")
@@ -302,3 +303,41 @@ def test_the_backend_named_by_the_environment(monkeypatch):
     monkeypatch.setenv("ENSEMBLE_LENS_BACKEND", "auto")  # measured: in process is faster on one machine
     assert backend_from_env()[0] == "local" and "measured no faster" in backend_from_env()[1]
     assert make_backend("auto", address="auto").name == "ray"  # a cluster named: its members go there
+
+
+@pytest.mark.slow
+@pytest.mark.embedded
+@pytest.mark.llamacpp
+def test_stop_reaches_a_member_inside_its_draft_within_one_pass(ray_backend, llama_pool):
+    """A greedy draft is one call to the drafter's process (40 passes here, about 2 s): a Stop pressed meanwhile
+    reaches the member, which runs at most the pass in flight, and the run ends at once."""
+    import ray
+
+    members = llama_pool.get_many(["qwen", "smollm2"])
+    cancel, committed, ended = threading.Event(), threading.Event(), threading.Event()
+    settings = Settings(max_new_tokens=200, stop_strings=[], lookahead=40)
+    job = EnsembleRun(members, "Write a long story about a journey from Sofia to Plovdiv.", "safe", settings, cancel=cancel,
+                      backend=ray_backend)
+    actor = ray_backend.member(members[0]).actor
+
+    def consume():
+        for event in job.events():
+            if isinstance(event, TokenEvent):
+                committed.set()
+        ended.set()
+
+    threading.Thread(target=consume, daemon=True).start()
+    assert committed.wait(120)  # round 0 is decided; the drafter now drafts (ahead, or round 1)
+    start = ray.get(actor.passes.remote())["passes"]
+    while ray.get(actor.passes.remote())["passes"] < start + 3:  # a draft is computing
+        time.sleep(0.01)
+    before = ray.get(actor.passes.remote())["passes"]
+    stopped = time.perf_counter()
+    cancel.set()
+    assert ended.wait(30)
+    took = time.perf_counter() - stopped
+    time.sleep(1.0)  # the member's queue: whatever it still ran would show now
+    report = ray.get(actor.passes.remote())
+    assert job.trace.stats.stop_reason == "cancelled" and took < 0.5
+    assert report["after_stop"] and max(report["after_stop"]) <= 1  # only the pass in flight when the Stop arrived
+    assert report["passes"] - before <= 2  # the one in flight, and one begun before the Stop arrived (< 60 ms)

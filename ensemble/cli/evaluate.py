@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import shlex
-import signal
 import sys
 from pathlib import Path
 
@@ -51,25 +49,6 @@ def _command_line() -> str:
     return shlex.join(argv)
 
 
-@contextlib.contextmanager
-def _terminate_as_interrupt():
-    """SIGTERM (``kill PID``) stops an evaluation like Ctrl-C: its rows are kept and the partial summary is
-    written. A run started in the background by a shell cannot be stopped with SIGINT, which such a shell
-    makes it ignore."""
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def cmd_evaluate(args) -> int:
     specs = parse_methods(args.methods)
     settings = settings_from_args(args)
@@ -94,6 +73,7 @@ def cmd_evaluate(args) -> int:
     loaded = {name: pool.get(name) for name in config.model_names()}
     selected = len(select_questions(questions, config.limit, settings.seed))
     print(f"evaluating {len(specs)} method(s) on {selected} question(s) into {config.out}", file=sys.stderr)
-    with _terminate_as_interrupt():
-        run_evaluation(config, loaded, progress=not args.no_progress, write_html=write_html_report, backend=pool.backend)
+    # SIGTERM (``kill PID``) stops it like Ctrl-C (``cli.parser.main``): its rows are kept and the partial summary is
+    # written; a run started in the background by a shell cannot be stopped with SIGINT, which such a shell ignores.
+    run_evaluation(config, loaded, progress=not args.no_progress, write_html=write_html_report, backend=pool.backend)
     return print_summary(config.out)

@@ -7,6 +7,7 @@ import sys
 import traceback
 
 from ..errors import EnsembleError
+from ..members import close_backends, interrupt_on_sigterm
 from . import bench, evaluate, fork, generate, models, prepare, report, tokenize
 
 COMMANDS = {
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    interrupt_on_sigterm()  # `kill PID` stops a command like Ctrl-C: what it made so far is kept, members are stopped
     try:
         return args.func(args)
     except EnsembleError as exc:
@@ -51,3 +53,5 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"error: unexpected {type(exc).__name__}: {exc} (run with --debug for details)", file=sys.stderr)
         return 1
+    finally:
+        close_backends()  # member processes end with the command, however it ends

@@ -15,7 +15,18 @@ Both give token-for-token the same output (tested): the methods' decisions do no
 
 from __future__ import annotations
 
-from .base import BACKEND_ENV, BACKENDS, Backend, LocalBackend, auto_backend, backend_from_env, make_backend, parse_resources
+from .base import (
+    BACKEND_ENV,
+    BACKENDS,
+    Backend,
+    LocalBackend,
+    auto_backend,
+    backend_from_env,
+    close_backends,
+    interrupt_on_sigterm,
+    make_backend,
+    parse_resources,
+)
 
 __all__ = [
     "BACKENDS",
@@ -24,6 +35,8 @@ __all__ = [
     "LocalBackend",
     "auto_backend",
     "backend_from_env",
+    "close_backends",
+    "interrupt_on_sigterm",
     "make_backend",
     "parse_resources",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +38,18 @@ def auto_backend(device: str = "cpu", members: int = 3) -> tuple[str, str]:
         f"{os.cpu_count()} CPU core(s): one process per member measured no faster throughout than members in this process here; "
         "use --backend ray (or ENSEMBLE_LENS_BACKEND=ray) for a cluster or members with cores of their own"
     )
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def interrupt_on_sigterm() -> None:
+    """SIGTERM (a service manager's stop, ``kill PID``) ends this process as Ctrl-C does. Python's default ends it at
+    once, skipping the exit handlers that stop the member processes it started: Ray's agents outlived the app
+    (``tests/test_app_ray.py``). Only the main thread may set a handler; elsewhere this does nothing."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
 
 
 class Backend:
@@ -219,6 +232,17 @@ def make_backend(
 
             _shared[key] = RayBackend(address=address, resources=resources, threads=threads)
         return _shared[key]
+
+
+def close_backends() -> None:
+    """Stop every member process this process started (its Ray cluster too). Called as a command or the app ends,
+    while the interpreter still runs: left to the exit handlers, a SIGTERMed app left Ray's agents behind
+    (``tests/test_app_ray.py``)."""
+    with _lock:
+        started = list(_shared.values())
+        _shared.clear()
+    for backend in started:
+        backend.close()
 
 
 def parse_resources(text: str | None) -> dict[str, dict[str, float]]:

@@ -37,12 +37,9 @@ from .base import Backend, Pooled
 WAIT_STEP_S = 0.05
 """How often a waiting coordinator thread checks the run's Stop flag while an actor computes."""
 
-KEEP_PASSES = 48
-"""Passes whose rows a session keeps for later questions (a SAFE round reads its draft's rows after the
-verification, and a draft made ahead is read a round later: at most about 20 passes back)."""
-
-KEEP_BYTES = 256 << 20
-"""And at most this many bytes of rows per session (the newest pass is always kept)."""
+KEEP_BYTES = 1 << 30
+"""A session keeps the rows of the passes its run may still ask about (the run says how many: ``rows_kept``), and
+never more than this many bytes of them (the newest pass is always kept)."""
 
 
 def _prefix_check(ids: list[int], keep: int) -> int:
@@ -56,6 +53,7 @@ class _Session:
     def __init__(self, model):
         self.model = model
         self.cancel = threading.Event()
+        self.stopped_at: int | None = None  # passes when a Stop arrived
         model.cancel = self.cancel
         self.kept: OrderedDict[int, list[RowMath]] = OrderedDict()
         self.bytes = 0
@@ -68,11 +66,12 @@ class _Session:
             raise EnsembleError("A member's KV cache no longer holds the ids its coordinator extends (a member restarted?).")
         return held[:keep] + list(tail)
 
-    def keep(self, rows: torch.Tensor) -> int:
+    def keep(self, rows: torch.Tensor, passes: int) -> int:
+        """Keep a pass's rows under a new handle, and those of the ``passes`` - 1 passes before it."""
         handle, self.handles = self.handles, self.handles + 1
         self.kept[handle] = [RowMath(r) for r in rows]
         self.bytes += rows.nbytes
-        while len(self.kept) > 1 and (len(self.kept) > KEEP_PASSES or self.bytes > KEEP_BYTES):
+        while len(self.kept) > 1 and (len(self.kept) > passes or self.bytes > KEEP_BYTES):
             _, old = self.kept.popitem(last=False)
             self.bytes -= sum(m.row.nbytes for m in old)
         return handle
@@ -80,7 +79,7 @@ class _Session:
     def row(self, handle: int, index: int) -> RowMath:
         found = self.kept.get(handle)
         if found is None:
-            raise EnsembleError(f"A member no longer holds the rows of pass {handle} (it keeps the last {KEEP_PASSES}).")
+            raise EnsembleError(f"A member no longer holds the rows of pass {handle} (it keeps those its run said it needs).")
         return found[index]
 
 
@@ -108,6 +107,8 @@ class MemberActor:
             self._new = lambda: CachedModel(model, device)
         self.sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
+        self._ended_passes = 0
+        self._after_stop: list[int] = []
 
     def ready(self) -> dict:
         import ray
@@ -136,20 +137,25 @@ class MemberActor:
         return after.passes - before.passes, after.tokens - before.tokens, after.seconds - before.seconds
 
     @staticmethod
-    def _answer(s: _Session, rows: torch.Tensor, size: int | None):
-        if size is None:
+    def _answer(s: _Session, rows: torch.Tensor, how: tuple[int, int] | None):
+        if how is None:
             return rows.numpy(), None
-        handle = s.keep(rows)
+        size, passes = how
+        handle = s.keep(rows, passes)
         return [m.summary(size) for m in s.kept[handle]], handle
 
-    def rows(self, session: str, keep: int, check: int, tail: list[int], positions: list[int], threads: int | None, size: int | None):
+    def rows(self, session: str, keep: int, check: int, tail: list[int], positions: list[int], threads: int | None,
+             how: tuple[int, int] | None):
+        """The rows after ``positions``: whole (``how`` None), or summaries of ``how[0]`` ids, the rows kept for
+        later questions with those of the last ``how[1]`` passes."""
         s = self._session(session)
         self._threads(s.model, threads)
         before = ForwardStats(**vars(s.model.stats))
         rows = s.model.rows(s.ids(keep, check, tail), positions)
-        return (*self._answer(s, rows, size), self._cost(s.model, before))
+        return (*self._answer(s, rows, how), self._cost(s.model, before))
 
-    def draft(self, session: str, keep: int, check: int, tail: list[int], n: int, stop: list[int], threads: int | None, size: int):
+    def draft(self, session: str, keep: int, check: int, tail: list[int], n: int, stop: list[int], threads: int | None,
+              how: tuple[int, int]):
         """Greedy drafting of up to ``n`` tokens in this process (one call instead of one per token): each step's
         row is kept and summarised; a token of ``stop`` (end of sequence) ends the draft unappended."""
         s = self._session(session)
@@ -159,7 +165,7 @@ class MemberActor:
         tokens, summaries, handles = [], [], []
         for _ in range(n):
             rows = s.model.rows(ids, [len(ids) - 1])
-            (summary,), handle = self._answer(s, rows, size)
+            (summary,), handle = self._answer(s, rows, how)
             tokens.append(summary.argmax)
             summaries.append(summary)
             handles.append(handle)
@@ -183,10 +189,19 @@ class MemberActor:
     def cancel(self, session: str) -> None:
         """Stop: the session's next pass raises (a draft of several passes ends after the one in flight)."""
         found = self.sessions.get(session)
-        if found is not None:
+        if found is not None and not found.cancel.is_set():
+            found.stopped_at = found.model.stats.passes
             found.cancel.set()
 
-    cancel.__ray_concurrency_group__ = "control"  # ray.method(concurrency_group=...): runs while a pass computes
+    def passes(self) -> dict:
+        """Forward passes run by every session, ended ones too, and per stopped session how many passes it ran
+        after its Stop arrived (at most the one in flight): what the tests read of a Stop."""
+        with self._lock:
+            live = sum(s.model.stats.passes for s in self.sessions.values())
+            return {"passes": self._ended_passes + live, "after_stop": list(self._after_stop)}
+
+    # ray.method(concurrency_group="control"): these run while a compute call is busy
+    cancel.__ray_concurrency_group__ = passes.__ray_concurrency_group__ = "control"
 
     def drop(self, session: str) -> None:
         if session in self.sessions:
@@ -198,6 +213,10 @@ class MemberActor:
     def close(self, session: str) -> None:
         with self._lock:
             found = self.sessions.pop(session, None)
+            if found is not None:
+                self._ended_passes += found.model.stats.passes
+                if found.stopped_at is not None:
+                    self._after_stop.append(found.model.stats.passes - found.stopped_at)
         if found is not None:
             found.model.close()
 
@@ -233,6 +252,7 @@ class RemoteModel:
         self.cache_ids: list[int] = []  # the ids the actor's cache holds
         self._last: tuple | None = None  # (ids, the Dist or row after them)
         self.threads: int | None = None  # threads for this session's passes (None: the actor's own)
+        self.rows_kept = 16  # passes whose rows the member keeps for later questions (the run sets it)
 
     def check_cancel(self) -> None:
         if self.cancel is not None and self.cancel.is_set():
@@ -287,7 +307,8 @@ class RemoteModel:
         last = len(ids) - 1
         if positions == [last] and self._last is not None and self._last[0] == ids and (size is None) == self._last[2]:
             return [self._last[1]]
-        payload, handle, cost = self._call("rows", *self._delta(ids), positions, self.threads, size)
+        how = None if size is None else (size, self.rows_kept)
+        payload, handle, cost = self._call("rows", *self._delta(ids), positions, self.threads, how)
         self._count(cost)
         self.cache_ids = ids
         if size is None:
@@ -311,7 +332,7 @@ class RemoteModel:
         """Up to ``n`` greedy tokens after ``ids`` drafted in the member in one call, each with its distribution;
         a token of ``stop`` ends the draft (returned, not appended)."""
         ids = list(ids)
-        tokens, summaries, handles, cost = self._call("draft", *self._delta(ids), n, sorted(stop), self.threads, size)
+        tokens, summaries, handles, cost = self._call("draft", *self._delta(ids), n, sorted(stop), self.threads, (size, self.rows_kept))
         self._count(cost)
         dists = [self._sized(summary, h, 0, size) for summary, h in zip(summaries, handles, strict=True)]
         self.cache_ids = ids + tokens[:-1]

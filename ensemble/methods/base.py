@@ -152,6 +152,7 @@ class Run:
             adapter.cancel = self.cancel
             adapter.summary_size = summary_size(settings.top_k)
             adapter.full_rows = reads_whole_rows(method, settings)
+            adapter.runtime.rows_kept = rows_read_later(method, settings)
             adapter.start(self.prompt)
             if kept:  # a fork (ensemble.fork): the response so far is the run's kept text, tokenized afresh
                 adapter.sync(kept)
@@ -347,6 +348,15 @@ def reads_whole_rows(method: str, settings: Settings) -> bool:
     fusion = method if method in ("unite", "gac") else settings.fusion
     sampled = settings.temperature > 0 or (method == "specem" and settings.sample_drafts)
     return sampled or (method != "specem" and fusion == "gac" and settings.sharpen_for(method) == "geometric")
+
+
+def rows_read_later(method: str, settings: Settings) -> int:
+    """How many passes back a run may still ask a member about a row (:mod:`ensemble.dist`): SAFE decides a round's
+    draft (up to n + 4 passes) after its verification and after drafting the next round ahead (as many again);
+    other methods read a row in the step that computed it."""
+    if method == "safe":
+        return 2 * (settings.lookahead + 4) + 8
+    return 8
 
 
 def model_topk(adapter: ModelAdapter, dist: Dist, k: int = 5) -> list[list]:
