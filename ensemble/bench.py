@@ -191,12 +191,17 @@ def _measure(models: list, prompts: list[str], plan: list[tuple], repeat: int) -
             "rounds": sum(t.stats.rounds for t in traces),
             "first_token_s": round(sum(first) / len(first), 3) if first else None,
             "peak_rss_mb": peak[label],
-            "member_bytes_per_round": round(
-                sum(sum(t.stats.member_bytes.values()) for t in traces) / max(1, sum(t.stats.rounds or t.stats.generated_tokens for t in traces))
-            ),
+            "member_bytes_per_round": _per_round(traces, "member_bytes"),
+            "whole_row_bytes_per_round": _per_round(traces, "member_row_bytes"),
             "overlap_share": _overlap_share(traces),
         }
     return out
+
+
+def _per_round(traces, stat: str) -> int:
+    """A stats dict's total per round (SAFE, SpecEM) or per token (the others)."""
+    rounds = sum(t.stats.rounds or t.stats.generated_tokens for t in traces)
+    return round(sum(sum(getattr(t.stats, stat).values()) for t in traces) / max(1, rounds))
 
 
 def _overlap_share(traces) -> float | None:
@@ -431,14 +436,16 @@ def _backends_lines(report: dict) -> list[str]:
     b = report["backends"]
     d = b["data"]
     lines.append(f"\nmember backends {b['backends']} on {d['questions']} GSM8K question(s), {d['max_new_tokens']} new tokens")
-    lines.append("  method@backend       s/token  ratio-to-drafter  speedup-over-local  E/T   first-token-s  bytes/round  overlap")
+    lines.append("  method@backend       s/token  ratio-to-drafter  speedup-over-local  E/T   first-token-s  bytes/round  "
+                 "(as whole rows)  overlap")
     for label, r in b.items():
         if label in ("targets", "data", "backends"):
             continue
         lines.append(
             f"  {label:<19} {r['s_per_token']:>7.4f}  {r['ratio_to_drafter']:>8.3f}          {r.get('speedup_over_local', '-'):>8}"
             f"       {r['et_ratio']:>6.3f}  {r['first_token_s'] if r['first_token_s'] is not None else '-':>8}"
-            f"  {r['member_bytes_per_round']:>11,}  {r['overlap_share'] if r['overlap_share'] is not None else '-'}"
+            f"  {r['member_bytes_per_round']:>11,}  {r['whole_row_bytes_per_round']:>15,}"
+            f"  {r['overlap_share'] if r['overlap_share'] is not None else '-'}"
         )
     lines.append(f"  targets: {b['targets']}")
     return lines

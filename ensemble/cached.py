@@ -26,6 +26,7 @@ class ForwardStats:
     tokens: int = 0
     seconds: float = 0.0
     bytes: int = 0  # sent to and received from a member process (0 in process)
+    row_bytes: int = 0  # the whole float32 rows of the distributions a member answered about (what they would take)
 
 
 class CachedModel:

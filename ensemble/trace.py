@@ -138,6 +138,7 @@ class RunStats:
     forward_tokens: dict[str, int] = field(default_factory=dict)
     forward_s: dict[str, float] = field(default_factory=dict)  # seconds inside each model's forward passes
     member_bytes: dict[str, int] = field(default_factory=dict)  # bytes to and from member processes (Ray backend)
+    member_row_bytes: dict[str, int] = field(default_factory=dict)  # what whole float32 rows of the same answers take
     draft_tokens: int = 0
     draft_discarded: int = 0
     fusion_ms_mean: float = 0.0
@@ -478,7 +479,7 @@ def _check_round(rnd, where: str) -> None:
 
 
 def _check_stats(stats: dict) -> None:
-    for key in ("decisions", "forward_passes", "forward_tokens", "forward_s", "member_bytes", "wins"):
+    for key in ("decisions", "forward_passes", "forward_tokens", "forward_s", "member_bytes", "member_row_bytes", "wins"):
         value = stats.get(key, {})
         if not isinstance(value, dict) or not all(isinstance(v, int | float) for v in value.values()):
             raise TraceFormatError(f"trace.stats.{key} must map names to numbers.")

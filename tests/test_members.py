@@ -341,3 +341,73 @@ def test_stop_reaches_a_member_inside_its_draft_within_one_pass(ray_backend, lla
     assert job.trace.stats.stop_reason == "cancelled" and took < 0.5
     assert report["after_stop"] and max(report["after_stop"]) <= 1  # only the pass in flight when the Stop arrived
     assert report["passes"] - before <= 2  # the one in flight, and one begun before the Stop arrived (< 60 ms)
+
+
+def _cli_on_ray(tmp_path: Path, name: str) -> tuple[subprocess.Popen, Path]:
+    out = tmp_path / f"{name}.json"
+    cmd = [sys.executable, "-m", "ensemble", "generate", "--backend", "ray", "--method", "unite", "--models", "qwen,smollm2",
+           "--prompt", "Write a long story about a journey from Sofia to Plovdiv.", "--max-new-tokens", "300", "--out", str(out),
+           "--runtime", "llamacpp"]  # members map their GGUF files, which tells the test which process holds which
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    printed: list[str] = []
+    threading.Thread(target=lambda: printed.extend(iter(lambda: proc.stdout.read(1), "")), daemon=True).start()
+    deadline = time.time() + 240
+    while time.time() < deadline and len(printed) < 40 and proc.poll() is None:  # the answer is streaming
+        time.sleep(0.2)
+    proc.printed = printed
+    return proc, out
+
+
+def _cli_members(proc: subprocess.Popen) -> dict[int, str]:
+    import psutil
+
+    out = {}
+    try:
+        tree = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return out
+    for p in tree:
+        try:
+            if "MemberActor" in " ".join(p.cmdline()):
+                mapped = " ".join(m.path for m in p.memory_maps())
+                out[p.pid] = next((n for n in ("qwen", "smollm2") if f"/{n}-" in mapped), "?")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.embedded
+@pytest.mark.llamacpp
+def test_the_cli_on_ray_says_which_member_died_keeps_the_trace_and_leaves_no_process(tmp_path, llama_pool):
+    """``generate --backend ray``: a member killed mid-answer ends the command with its name and pid (exit 1), the
+    trace so far saved with --out; a command stopped with SIGTERM (as Ctrl-C) keeps its trace too (exit 0, stop
+    reason "cancelled"); after either, none of the Ray processes it started is left."""
+    import json
+
+    import psutil
+
+    proc, out = _cli_on_ray(tmp_path, "killed")
+    started = [psutil.Process(pid) for pid in _cli_members(proc)]
+    victim = next(pid for pid, name in _cli_members(proc).items() if name == "smollm2")
+    os.kill(victim, signal.SIGKILL)
+    proc.wait(120)
+    stderr = proc.stderr.read()
+    assert proc.returncode == 1, stderr
+    assert f"error: Member smollm2's process (pid {victim}) stopped during the run. The trace so far is kept" in stderr
+    trace = json.loads(out.read_text())
+    assert trace["stats"]["stop_reason"] == "error" and len(trace["tokens"]) >= 10
+    assert "".join(proc.printed).startswith(trace["text"])  # what it printed is the trace's text
+
+    proc, out = _cli_on_ray(tmp_path, "stopped")
+    started += [p for p in psutil.Process(proc.pid).children(recursive=True)]
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(120)
+    stderr = proc.stderr.read()
+    assert proc.returncode == 0, stderr
+    trace = json.loads(out.read_text())
+    assert trace["stats"]["stop_reason"] == "cancelled" and 0 < len(trace["tokens"]) < 300
+    time.sleep(3)
+    left = [p.pid for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, f"Ray processes left after the command exited: {left}"

@@ -28,6 +28,7 @@ def test_fixture_round_trip(name):
     assert expected["schema_version"] == 1  # kept as version-1 test inputs
     expected["stats"].setdefault("forward_s", {})  # written before forward time was recorded: loads empty
     expected["stats"].setdefault("member_bytes", {})  # likewise (bytes to and from member processes)
+    expected["stats"].setdefault("member_row_bytes", {})  # likewise (what whole rows of the same answers take)
     expected.setdefault("fork", None)  # written before forks: none is one
     expected["settings"].setdefault("drafter_weight", 1.0)  # written before SAFE weighed its drafter: equal weights
     expected.update(schema_version=2, drafter=V1_DRAFTERS[name])

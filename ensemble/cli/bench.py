@@ -42,9 +42,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto", help="auto (bfloat16 on CPUs with native bf16, else float32) | float32 | bfloat16")
     p.add_argument("--device", default="cpu")
     p.add_argument("--backends", default="local,ray", help="member backends the backends section compares (local,ray)")
-    p.add_argument("--member-threads", type=int, default=None, help="torch threads per member process (default: cores / 3)")
+    p.add_argument("--member-threads", type=int, default=None,
+                   help="threads per member process (default: by role, SAFE's drafter every core, the others a share)")
     p.add_argument("--runtimes", default="transformers,llamacpp",
-                   help="runtimes the runtimes section compares, the first as the reference (transformers,llamacpp)")
+                   help="runtimes the runtimes section compares, the first as the reference; the first also computes "
+                   "every other section (default transformers,llamacpp; --runtimes llamacpp --only backends compares the "
+                   "backends on llama.cpp members)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
 
@@ -88,7 +91,7 @@ def cmd_bench(args) -> int:
         "settings": {"models": names, "max_new_tokens": args.max_new_tokens, "prompts": len(prompts), "repeat": args.repeat},
     }
     report["machine"]["dtype"] = None
-    loaded_as = first_runtime(args) if sections == ["runtimes"] else "transformers"
+    loaded_as = first_runtime(args)
     loaded = bench_load(names, args.device, args.dtype, loaded_as)
     models = loaded["models"]
     report["machine"]["dtype"] = next(iter(models.values())).info["dtype"]

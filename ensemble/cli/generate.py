@@ -70,8 +70,9 @@ def cmd_generate(args) -> int:
     job = EnsembleRun(models, prompt, args.method, settings, cancel=stop, backend=pool.backend)
     color = sys.stdout.isatty() and not args.json and os.environ.get("NO_COLOR") is None
     printed, failed = 0, None
+    events = job.events()
     try:
-        for event in job.events():
+        for event in events:
             if args.json or not isinstance(event, TokenEvent):
                 if isinstance(event, RoundEvent) and args.verbose and not args.json:
                     print(f"\n[round {event.record.index}: {event.record.winner} wins]", file=sys.stderr)
@@ -87,6 +88,8 @@ def cmd_generate(args) -> int:
             print(piece, end="", flush=True)
     except KeyboardInterrupt:
         stop.set()
+        for _ in events:  # interrupted between events: the run ends at its next check, as a Stop's does
+            pass
     except MemberDied as exc:
         failed = exc  # the trace so far is kept (and saved with --out)
     trace = job.trace

@@ -52,6 +52,17 @@ def interrupt_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, _interrupt)
 
 
+def role_threads(method: str, adapters: list, lead, cores: int | None = None) -> list[int]:
+    """Threads per member of a run whose members compute at the same time on one machine, from their roles: SAFE's
+    drafter (its passes are the critical path, the verifiers overlap one another) and a single model get every core,
+    each verifier an equal share; UniTE, GaC and SpecEM members all compute at once and share the cores equally."""
+    cores = cores or os.cpu_count() or 1
+    if method in ("safe", "single") and lead is not None:
+        others = max(1, len(adapters) - 1)
+        return [cores if adapter is lead else max(1, cores // others) for adapter in adapters]
+    return [max(1, cores // len(adapters))] * len(adapters)
+
+
 class Backend:
     """Where members compute. Subclasses give each member a runtime and say whether work can overlap."""
 
@@ -173,17 +184,8 @@ class ThreadBackend(Pooled, LocalBackend):
         return self
 
     def assign(self, method: str, adapters: list, lead) -> None:
-        """Threads per member from the roles: SAFE's drafter (its passes are the critical path, the verifiers
-        overlap one another) and a single model get every core, each verifier an equal share; UniTE, GaC and
-        SpecEM members all compute at once and share the cores equally."""
-        cores = os.cpu_count() or 1
-        if method in ("safe", "single") and lead is not None:
-            others = max(1, len(adapters) - 1)
-            for adapter in adapters:
-                adapter.runtime.threads = cores if adapter is lead else max(1, cores // others)
-            return
-        for adapter in adapters:
-            adapter.runtime.threads = max(1, cores // len(adapters))
+        for adapter, threads in zip(adapters, role_threads(method, adapters, lead), strict=True):
+            adapter.runtime.threads = threads
 
     def describe(self) -> str:
         return "local threads (llama.cpp members in this process, at the same time)"

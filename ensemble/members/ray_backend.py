@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import os
 import pickle
+import signal
 import threading
 import uuid
 import zlib
@@ -32,7 +33,7 @@ from ..cached import CachedModel, ForwardStats
 from ..dist import FullDist, RowMath, SizedDist
 from ..errors import Cancelled, EnsembleError, MemberDied
 from ..response import common_prefix
-from .base import Backend, Pooled
+from .base import Backend, Pooled, role_threads
 
 WAIT_STEP_S = 0.05
 """How often a waiting coordinator thread checks the run's Stop flag while an actor computes."""
@@ -313,8 +314,10 @@ class RemoteModel:
         self.cache_ids = ids
         if size is None:
             out = [torch.from_numpy(r.copy()) for r in payload]
+            self.stats.row_bytes += sum(r.nbytes for r in payload)
         else:
             out = [self._sized(summary, handle, i, size) for i, summary in enumerate(payload)]
+            self.stats.row_bytes += sum(4 * summary.vocab for summary in payload)
         self._last = (ids, out[-1], size is None) if positions[-1] == last else None
         return out
 
@@ -334,6 +337,7 @@ class RemoteModel:
         ids = list(ids)
         tokens, summaries, handles, cost = self._call("draft", *self._delta(ids), n, sorted(stop), self.threads, (size, self.rows_kept))
         self._count(cost)
+        self.stats.row_bytes += sum(4 * summary.vocab for summary in summaries)
         dists = [self._sized(summary, h, 0, size) for summary, h in zip(summaries, handles, strict=True)]
         self.cache_ids = ids + tokens[:-1]
         self._last = (self.cache_ids, dists[-1], False) if tokens else None
@@ -396,11 +400,15 @@ class RayBackend(Pooled, Backend):
         kwargs = dict(
             include_dashboard=False, logging_level="ERROR", log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}}
         )
+        main = threading.current_thread() is threading.main_thread()
+        ours = signal.getsignal(signal.SIGTERM) if main else None
         if self.address:
             ray.init(address=self.address, **kwargs)
         else:
             ray.init(num_cpus=os.cpu_count() or 1, **kwargs)
             self._started_ray = True
+        if main and ours is not None:  # Ray's driver sets SIGTERM to sys.exit(15): keep this process's own handling
+            signal.signal(signal.SIGTERM, ours)
 
     def _how(self, loaded) -> dict:
         """How the member process gets its model: loaded by the same name and device (the dtype this process
@@ -413,10 +421,12 @@ class RayBackend(Pooled, Backend):
             return {"kind": "load", "name": name, "device": device, "dtype": dtype, "runtime": runtime}
         return {"kind": "object", "model": loaded.model, "device": loaded.device}
 
-    def _threads(self) -> int:
-        """Torch threads per actor: as asked, else this machine's cores shared by three members (one each on a
-        2-core machine, where the members then compute side by side instead of taking turns on both cores)."""
-        return self.threads or max(1, (os.cpu_count() or 1) // 3)
+    def _threads(self) -> int | None:
+        """Threads an actor starts with: as asked; on a cluster its node's default (None); on this machine a share
+        of its cores (each run then sets them by the members' roles, :meth:`assign`)."""
+        if self.threads or self.address:
+            return self.threads
+        return max(1, (os.cpu_count() or 1) // 3)
 
     def member(self, loaded) -> _Member:
         """The live actor of ``loaded``, started (or restarted after a death) when needed."""
@@ -441,15 +451,14 @@ class RayBackend(Pooled, Backend):
             return found
 
     def assign(self, method: str, adapters: list, lead) -> None:
-        """SAFE and single: the drafter's passes are the run's critical path (the verifiers wait for its draft
-        and overlap one another), so it computes with all of this machine's cores unless --member-threads was
-        given; every other member, and every member of UniTE/GaC/SpecEM (all compute at once), keeps the
-        per-member default."""
-        if self.threads or method not in ("safe", "single") or lead is None:
+        """On this machine the members' threads follow their roles (:func:`~ensemble.members.base.role_threads`:
+        SAFE's drafter every core, the others a share); ``--member-threads`` fixes them, and on a cluster each member
+        keeps its own node's."""
+        if self.threads or self.address:
             return
-        for adapter in adapters:
+        for adapter, threads in zip(adapters, role_threads(method, adapters, lead), strict=True):
             if isinstance(adapter.runtime, RemoteModel):
-                adapter.runtime.threads = (os.cpu_count() or 1) if adapter is lead else self._threads()
+                adapter.runtime.threads = threads
 
     def prepare(self, models: list) -> None:
         """Start the members' processes now, at the same time (each loads its model), not at the first run."""

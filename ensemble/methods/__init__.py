@@ -88,6 +88,9 @@ class EnsembleRun:
                 reason = yield from RUNNERS[self.method](run, recompute_context=self.recompute_context)
             except Cancelled:
                 reason = "cancelled"
+            except KeyboardInterrupt:  # Ctrl-C (or SIGTERM in the CLI) inside a step: the trace ends as a Stop's does
+                self.trace = run.finish("cancelled")
+                raise
             except Exception as exc:
                 run.finish("error", error=str(exc) if isinstance(exc, MemberDied) else f"{type(exc).__name__}: {exc}")
                 yield from run.release_all()

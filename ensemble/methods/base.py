@@ -335,6 +335,7 @@ class Run:
         stats.forward_tokens = {a.name: a.stats.tokens for a in self.adapters}
         stats.forward_s = {a.name: round(a.stats.seconds, 4) for a in self.adapters}
         stats.member_bytes = {a.name: a.stats.bytes for a in self.adapters if a.stats.bytes}
+        stats.member_row_bytes = {a.name: a.stats.row_bytes for a in self.adapters if a.stats.row_bytes}
         stats.fusion_ms_mean = round(sum(self.fusion_ms) / len(self.fusion_ms), 3) if self.fusion_ms else 0.0
         stats.stop_reason = self.stopped or reason
         self.trace.error = error
