@@ -1,6 +1,6 @@
 """Measure the app as a browser sees it: time to the first streamed token and the bytes each update sends.
 
-    python scripts/app_latency.py [--methods single,safe,specem] [--repeat 3]
+    python scripts/app_latency.py [--methods single,safe,specem] [--repeat 3] [--backends local,ray]
 
 It serves the app in this process with warm models, presses Run through Gradio's queue protocol (the calls
 the browser makes), and reads the streamed updates. The first token counts from the request to the first
@@ -79,14 +79,22 @@ def main() -> None:
                         "run); same: the Natalia question every time (its whole prompt is shared)")
     parser.add_argument("--runtimes", default="auto", help="the Run tab's Runtime choice(s), measured side by side "
                         "(e.g. transformers,llamacpp); each is warmed by one untimed run first")
+    parser.add_argument("--backends", default="", help="member backends measured side by side, presses interleaved "
+                        "(local,ray: the app's pool is switched between presses); default: the app's own "
+                        "(ENSEMBLE_LENS_BACKEND)")
     args = parser.parse_args()
 
     import app
     from ensemble.bench import reasoning_prompts
+    from ensemble.models import ModelPool
 
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()] or [app.BACKEND]
+    pools = {}
+    for backend in backends:  # each backend's pool warmed as the app warms its own (member processes started)
+        app.POOL = pools[backend] = ModelPool(device=app.DEVICE, backend=backend, runtime=app.RUNTIME)
+        app.warm_up()
     presses = len(args.methods.split(",")) * len(args.runtimes.split(",")) * args.repeat
     prompts = iter(reasoning_prompts(None, presses, 0)[1] if args.prompts == "gsm8k" else [PROMPT] * presses)
-    app.warm_up()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -94,21 +102,28 @@ def main() -> None:
     root = f"http://127.0.0.1:{port}"
     models = args.models.split(",")
     runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
-    for runtime in runtimes:  # load each runtime's models before timing (the app loads them on first use)
-        press_run(root, "unite", models, 2, runtime=runtime)
-    print(f"{'method':<8} {'runtime':<13} {'first token (median s)':>22} {'first draft':>11} {'updates':>8} {'bytes sent':>11} "
-          f"{'final strip':>12} {'largest':>8}")
+    for backend in backends:  # load each runtime's models before timing (the app loads them on first use)
+        app.POOL = pools[backend]
+        for runtime in runtimes:
+            press_run(root, "unite", models, 2, runtime=runtime)
+    print(f"{'method':<8} {'runtime':<13} {'backend':<8} {'first token (median s)':>22} {'first draft':>11} {'updates':>8} "
+          f"{'bytes sent':>11} {'final strip':>12} {'largest':>8}")
     for method in args.methods.split(","):
         for runtime in runtimes:
             chosen = models if method != "single" else models[:1]
-            runs = [press_run(root, method, chosen, args.max_new_tokens, prompt=next(prompts), runtime=runtime)
-                    for _ in range(args.repeat)]
-            first = statistics.median(r["first_token_s"] for r in runs)
-            last = runs[-1]
-            drafts = [r["first_draft_s"] for r in runs if r["first_draft_s"] is not None]
-            shown = f"{statistics.median(drafts):.2f}" if drafts else "-"
-            print(f"{method:<8} {runtime:<13} {first:>22.2f} {shown:>11} {last['updates']:>8} {last['bytes_sent']:>11} "
-                  f"{last['final_strip_bytes']:>12} {last['largest_update']:>8}")
+            runs: dict[str, list] = {b: [] for b in backends}
+            for _ in range(args.repeat):  # the same prompt on every backend, the backends interleaved
+                prompt = next(prompts)
+                for backend in backends:
+                    app.POOL = pools[backend]
+                    runs[backend].append(press_run(root, method, chosen, args.max_new_tokens, prompt=prompt, runtime=runtime))
+            for backend in backends:
+                first = statistics.median(r["first_token_s"] for r in runs[backend])
+                last = runs[backend][-1]
+                drafts = [r["first_draft_s"] for r in runs[backend] if r["first_draft_s"] is not None]
+                shown = f"{statistics.median(drafts):.2f}" if drafts else "-"
+                print(f"{method:<8} {runtime:<13} {backend:<8} {first:>22.2f} {shown:>11} {last['updates']:>8} "
+                      f"{last['bytes_sent']:>11} {last['final_strip_bytes']:>12} {last['largest_update']:>8}")
     app.demo.close()
 
 

@@ -7,6 +7,7 @@ llama-cpp-python is installed (the app's default on a CPU), else on transformers
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -124,13 +125,22 @@ def test_two_app_sessions_on_ray_never_share_kv_state(ray_app):
     assert [out.get(i) for i in range(len(jobs))] == solo
 
 
-def _open(browser, url: str):
+@contextlib.contextmanager
+def _streaming(browser, url: str, method_label: str, tokens: int):
+    """A page of the app whose run of the story has put its first tokens on the strip."""
+    from test_browser import run
+
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     page.set_default_timeout(120_000)
-    page.goto(url)
-    page.wait_for_selector("#run-button")
-    return context, page
+    try:
+        page.goto(url)
+        page.wait_for_selector("#run-button")
+        run(page, STORY, method_label, ["qwen", "smollm2"], tokens=tokens)
+        _wait_for_tokens(page, 4)
+        yield page
+    finally:
+        context.close()
 
 
 def _status(page) -> str:
@@ -164,12 +174,8 @@ def test_a_member_killed_while_the_app_streams_says_so_keeps_the_trace_and_the_n
     from test_browser import run
 
     url, proc = ray_app
-    context, page = _open(browser, url)
-    try:
-        run(page, STORY, "SAFE (fuse only where safe)", ["qwen", "smollm2"], tokens=300)
-        _wait_for_tokens(page, 4)
-        members = _members(proc)
-        victim = next(pid for pid, name in members.items() if name == "smollm2")  # the run's verifier
+    with _streaming(browser, url, "SAFE (fuse only where safe)", 300) as page:
+        victim = next(pid for pid, name in _members(proc).items() if name == "smollm2")  # the run's verifier
         os.kill(victim, signal.SIGKILL)
         at_kill = page.locator("#strip .el-tok").count()
         _wait(page, _status_shows("stopped during the run"), "message of the stopped member")
@@ -184,8 +190,6 @@ def test_a_member_killed_while_the_app_streams_says_so_keeps_the_trace_and_the_n
         _wait(page, _status_shows("Done"), "end of the run after the restart")
         again = _members(proc)
         assert victim not in again and "smollm2" in again.values()  # the member was started again
-    finally:
-        context.close()
 
 
 @pytest.mark.browser
@@ -193,10 +197,7 @@ def test_stop_on_ray_ends_the_run_at_once_and_commits_nothing_after_the_click(ra
     from test_browser import run
 
     url, _ = ray_app
-    context, page = _open(browser, url)
-    try:
-        run(page, STORY, "UniTE (fuse every token)", ["qwen", "smollm2"], tokens=300)
-        _wait_for_tokens(page, 3)
+    with _streaming(browser, url, "UniTE (fuse every token)", 300) as page:
         at_click = page.evaluate(
             """() => { document.querySelector('#stop-button').click(); return [document.querySelectorAll('#strip .el-tok').length,
                         performance.now()]; }"""
@@ -208,8 +209,6 @@ def test_stop_on_ray_ends_the_run_at_once_and_commits_nothing_after_the_click(ra
         assert waited < 3000  # the click's round trip and one pass, not the rest of the answer
         run(page, "Say hi.", "UniTE (fuse every token)", ["qwen", "smollm2"], tokens=6)
         _wait(page, _status_shows("Done"), "end of the run after the Stop")
-    finally:
-        context.close()
 
 
 def test_no_ray_process_outlives_the_app(ray_app):

@@ -102,10 +102,12 @@ class MemberActor:
 
             loaded = load(how["name"], how["device"], how["dtype"], quiet_progress, runtime=how.get("runtime"))
             self._new = loaded.new_runtime
+            self._warm = loaded.warm_context
         else:
             model, device = how["model"], how["device"]
             model.eval()
             self._new = lambda: CachedModel(model, device)
+            self._warm = lambda: 0
         self.sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
         self._ended_passes = 0
@@ -115,6 +117,11 @@ class MemberActor:
         import ray
 
         return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(), "threads": torch.get_num_threads()}
+
+    def warm(self) -> int:
+        """The first run's context, its template head read (llama.cpp: ``LoadedModel.warm_context``), as the app's
+        warm-up does in process; returns the ids read."""
+        return self._warm()
 
     def _session(self, session: str) -> _Session:
         with self._lock:
@@ -461,8 +468,15 @@ class RayBackend(Pooled, Backend):
                 adapter.runtime.threads = threads
 
     def prepare(self, models: list) -> None:
-        """Start the members' processes now, at the same time (each loads its model), not at the first run."""
-        list(self._pool.map(self.member, models))
+        """Start the members' processes now, at the same time (each loads its model and, on llama.cpp, reads its
+        template head into its first context), not at the first run."""
+        import ray
+
+        started = list(self._pool.map(self.member, models))
+        try:
+            ray.get([m.actor.warm.remote() for m in started])
+        except ray.exceptions.RayError as exc:
+            raise EnsembleError(f"A member could not prepare its first context: {exc}") from exc
 
     def runtime(self, loaded, name: str) -> RemoteModel:
         return RemoteModel(self, self.member(loaded))

@@ -103,8 +103,8 @@ class ModelPool:
                 self._sizes.pop(key, None)
 
     def warm(self, names: list[str]) -> list[str]:
-        """Load these models and start their member processes (on a process backend) before any run, and in process
-        give each llama.cpp model a context holding its template head (``LoadedModel.warm_context``); returns what
+        """Load these models and start their member processes (on a process backend) before any run, and give each
+        llama.cpp model (here or in its member process) a context holding its template head (``LoadedModel.warm_context``); returns what
         could not be done, one message each, instead of raising (a server keeps serving)."""
         from ..errors import EnsembleError
 
