@@ -40,9 +40,10 @@ class ModelAdapter(ResponseTokens):
         self.full_rows = False  # whole rows from a member: a sampled run reads them (the run sets it)
 
     def start(self, prompt: str) -> None:
-        """Begin a run: template the prompt, forget any response and the cache."""
+        """Begin a run: template the prompt, forget any response. The cache is kept: it follows the ids it is asked
+        about (the longest prefix it holds is reused), and a llama.cpp context handed on from the last run holds the
+        cells of the prompt the runs share, which dropping it here used to throw away."""
         self.begin(self.loaded.prompt_ids(prompt))
-        self.runtime.drop()
 
     @property
     def stats(self) -> ForwardStats:

@@ -55,12 +55,17 @@ class Summary:
 
 
 class RowMath:
-    """A float32 logit row and the whole-row quantities computed from it once (softmax, log-softmax)."""
+    """A float32 logit row (on the CPU: a GPU's row is copied once, a few hundred kB) and the whole-row quantities
+    computed from it when asked (softmax, log-softmax; :meth:`forget` drops them, recomputed the same when asked
+    again)."""
 
     def __init__(self, row: torch.Tensor):
-        self.row = row.float()
+        self.row = row.detach().float().cpu()
         self._probs: torch.Tensor | None = None
         self._logp: torch.Tensor | None = None
+
+    def forget(self) -> None:
+        self._probs = self._logp = None
 
     @property
     def probs(self) -> torch.Tensor:
@@ -167,7 +172,8 @@ class ProbsDist(Dist):
     like any other, without logits."""
 
     def __init__(self, probs: torch.Tensor, size: int = SUMMARY):
-        self._p = probs
+        self._p = probs.detach().float().cpu()
+        probs = self._p
         self.size = size
         ids = torch.topk(probs, min(size, probs.shape[-1])).indices.tolist()
         self._summary = Summary(int(torch.argmax(probs)), np.array(ids, np.int64), self._values(ids), int(probs.shape[-1]))
@@ -178,7 +184,8 @@ class ProbsDist(Dist):
 
     def _values(self, ids: list[int]) -> np.ndarray:
         p = self._p[torch.as_tensor(ids, dtype=torch.long)].numpy()
-        return np.stack([np.full_like(p, np.nan), p, np.log(p)])
+        with np.errstate(divide="ignore"):  # a filtered-out token's log-probability is -inf
+            return np.stack([np.full_like(p, np.nan), p, np.log(p)])
 
     def full(self) -> torch.Tensor:
         return torch.log(self._p)

@@ -68,9 +68,11 @@ def _top_keys(table: KeyTable, dist: Dist, k: int) -> list[tuple[str, float]]:
 
 
 def _pairs(keys: list[str], probs: torch.Tensor, k: int) -> list[list]:
-    k = min(k, len(keys))
-    values, idx = torch.topk(probs, k)
-    return [[display_key(keys[i]), round(float(v), 6)] for v, i in zip(values.tolist(), idx.tolist(), strict=True)]
+    """The ``k`` most probable keys, equal values in the keys' order (``torch.topk`` orders ties by the tensor's
+    length, and GaC's candidates and its whole union are tensors of different lengths)."""
+    values, idx = torch.topk(probs, min(k + 16, len(keys)))
+    ranked = sorted(zip(values.tolist(), idx.tolist(), strict=True), key=lambda vi: (-vi[0], vi[1]))[:k]
+    return [[display_key(keys[i]), round(v, 6)] for v, i in ranked]
 
 
 def heuristic_sharpen(keys: list[str], probs: torch.Tensor, drafter_keys, lam: float) -> torch.Tensor:
@@ -148,6 +150,19 @@ def union_vocab(tables: list[KeyTable]) -> UnionVocab:
             if len(_UNIONS) > 8:
                 _UNIONS.pop(next(iter(_UNIONS)))
         return found
+
+
+PREFIX_IDS_FETCHED = 4096
+"""Above this many ids whose key extends a sharpened key, a member's whole row is read instead (cheaper than
+sending the ids; the same numbers)."""
+
+
+def _prefix_mass(table: KeyTable, dist: Dist, key: str) -> float:
+    """One model's probability of every token whose key starts with ``key`` (itself included)."""
+    ids = table.ids_with_prefix(key)
+    if len(ids) > PREFIX_IDS_FETCHED:
+        dist.full()  # a member's whole row, once (a short key such as " " extends to tens of thousands of ids)
+    return float(dist.probs(ids).double().sum())
 
 
 class Fuser:
@@ -302,8 +317,12 @@ class Fuser:
             mapped.append(row)
         before = sum(w * p for w, p in zip(self.weights, mapped, strict=True))
         # The most any other key can have: each of its ids is below its model's summary tail.
+        # (a float32 sum of w·p may round a little above the bound: a relative margin keeps the test on the safe side)
         outside = sum(w * t.most_ids_per_key * d.tail for w, t, d in zip(self.weights, self.tables, dists, strict=True))
-        kth = float(torch.topk(before, min(self.top_k, len(keys))).values[-1])
+        outside = outside * (1 + 1e-5) + 1e-12
+        if len(keys) < self.top_k:
+            return None  # the recorded top-k would hold keys outside the summaries
+        kth = float(torch.topk(before, self.top_k).values[-1])
         sharpening = self._sharpens(before)
         if kth <= outside or (sharpening and self.lam <= outside):
             return None
@@ -314,8 +333,7 @@ class Fuser:
             for i in torch.nonzero(before > self.lam).flatten().tolist():
                 if keys[i] not in drafter_vocab:
                     continue
-                mass = sum(w * float(d.probs(t.ids_with_prefix(keys[i])).double().sum())
-                           for w, t, d in zip(self.weights, self.tables, dists, strict=True))
+                mass = sum(w * _prefix_mass(t, d, keys[i]) for w, t, d in zip(self.weights, self.tables, dists, strict=True))
                 after[i] += mass - float(before[i])
                 added += mass - float(before[i])
             after = after / (1.0 + added)  # the whole union's mass was 1 before

@@ -114,3 +114,37 @@ def test_gac_from_row_summaries_equals_gac_over_the_whole_union(tables, seed, sc
         if mine is not None:
             assert [key for key, _ in mine] == [key for key, _ in theirs]
             assert all(abs(a - b) <= 1e-6 for (_, a), (_, b) in zip(mine, theirs, strict=True))
+
+
+def test_gac_from_member_summaries_reads_a_few_numbers_and_decides_alike(tables):
+    """GaC over distributions from member processes (summaries, other ids fetched) on peaked rows: the fused record
+    equals the one from whole rows in this process, the summaries decided it (no whole row was sent), and the members
+    were asked for a few hundred numbers, not 460k."""
+    from ensemble.dist import FullDist, RowMath, SizedDist, summary_size
+
+    names = list(tables)
+    generator = torch.Generator().manual_seed(7)
+    logits = [torch.randn(tables[n].vocab_size, generator=generator) * 12 for n in names]
+    size = summary_size(10)
+    asked = {"ids": 0, "rows": 0}
+
+    def remote(row):
+        math = RowMath(row)
+
+        def fetch(ids):
+            asked["ids"] += len(ids)
+            return math.values(ids)
+
+        def whole():
+            asked["rows"] += 1
+            return row
+
+        return SizedDist(math.summary(size), fetch, whole, size)
+
+    for sharpen in ("none", "heuristic"):
+        fuser = Fuser(names, [tables[n] for n in names], fusion="gac", sharpen=sharpen)
+        local = fuser.fuse([FullDist(row, size) for row in logits])
+        sized = fuser.fuse([remote(row) for row in logits])
+        assert len(sized.keys) < fuser.union.size  # decided from the summaries
+        assert sized.choice == local.choice and sized.record.before == local.record.before and sized.record.after == local.record.after
+    assert asked["rows"] == 0 and 0 < asked["ids"] < 2000

@@ -157,14 +157,19 @@ def test_runs_on_handed_on_contexts_equal_runs_on_fresh_ones(llama):
     members = [llama["qwen"], llama["smollm2"], llama["gemma3"]]
     settings = Settings(max_new_tokens=20, stop_strings=[])
 
+    read: list[dict] = []
+
     def run(prompt):
         trace = generate(members, prompt, "safe", settings)
+        read.append(trace.stats.forward_tokens)
         return trace.text, [(t.text, t.decision, t.details.get("mean_prob")) for t in trace.tokens]
 
     for m in members:
         m.model.free_idle()
     fresh = run(GSM8K)
     assert run(GSM8K) == fresh  # the prompt's cells reused, the drafted ones (one-token passes) not
+    prompt = {m.name: len(m.prompt_ids(GSM8K)) for m in members}
+    assert all(read[0][n] - read[1][n] >= prompt[n] - 16 for n in ("qwen", "smollm2"))  # a run did reuse the prompt
     run(PROMPT)
     assert run(GSM8K) == fresh
 

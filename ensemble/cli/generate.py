@@ -88,8 +88,11 @@ def cmd_generate(args) -> int:
             print(piece, end="", flush=True)
     except KeyboardInterrupt:
         stop.set()
-        for _ in events:  # interrupted between events: the run ends at its next check, as a Stop's does
-            pass
+        try:
+            for _ in events:  # interrupted between events: the run ends at its next check, as a Stop's does
+                pass
+        except MemberDied as exc:
+            failed = exc
     except MemberDied as exc:
         failed = exc  # the trace so far is kept (and saved with --out)
     trace = job.trace

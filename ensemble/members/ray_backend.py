@@ -109,6 +109,7 @@ class MemberActor:
             self._new = lambda: CachedModel(model, device)
             self._warm = lambda: 0
         self.sessions: dict[str, _Session] = {}
+        self._ended: OrderedDict[str, bool] = OrderedDict()  # recently closed or stopped sessions (True: stopped)
         self._lock = threading.Lock()
         self._ended_passes = 0
         self._after_stop: list[int] = []
@@ -123,12 +124,24 @@ class MemberActor:
         warm-up does in process; returns the ids read."""
         return self._warm()
 
-    def _session(self, session: str) -> _Session:
+    def _session(self, session: str, create: bool = True) -> _Session:
+        """A run's session: made by its first compute call. A Stop that arrived before it, a call after the run
+        closed it, or a question about rows of a session that is gone are refused (nothing is computed for them)."""
         with self._lock:
             found = self.sessions.get(session)
-            if found is None:
-                found = self.sessions[session] = _Session(self._new())
+            if found is not None:
+                return found
+            if session in self._ended:
+                raise Cancelled("Stopped by the user.") if self._ended[session] else EnsembleError("This run has ended.")
+            if not create:
+                raise EnsembleError("A member holds no session of this run.")
+            found = self.sessions[session] = _Session(self._new())
             return found
+
+    def _end(self, session: str, stopped: bool) -> None:
+        self._ended[session] = stopped or self._ended.get(session, False)
+        while len(self._ended) > 4096:
+            self._ended.popitem(last=False)
 
     def _threads(self, model, threads: int | None) -> None:
         """The session's thread count for this pass (None: the actor's default, whatever an earlier run asked);
@@ -150,7 +163,10 @@ class MemberActor:
             return rows.numpy(), None
         size, passes = how
         handle = s.keep(rows, passes)
-        return [m.summary(size) for m in s.kept[handle]], handle
+        summaries = [m.summary(size) for m in s.kept[handle]]
+        for m in s.kept[handle]:
+            m.forget()  # a kept row holds its logits only (KEEP_BYTES counts them); a fetch recomputes the rest
+        return summaries, handle
 
     def rows(self, session: str, keep: int, check: int, tail: list[int], positions: list[int], threads: int | None,
              how: tuple[int, int] | None):
@@ -183,10 +199,10 @@ class MemberActor:
         return tokens, summaries, handles, self._cost(s.model, before)
 
     def values(self, session: str, handle: int, index: int, ids: list[int]):
-        return self._session(session).row(handle, index).values(ids)
+        return self._session(session, create=False).row(handle, index).values(ids)
 
     def row(self, session: str, handle: int, index: int):
-        return self._session(session).row(handle, index).row.numpy()
+        return self._session(session, create=False).row(handle, index).row.numpy()
 
     def branch(self, session: str, ctx: int, blocks: list[list[int]], targets: list[int], threads: int | None = None):
         s = self._session(session)
@@ -196,10 +212,13 @@ class MemberActor:
 
     def cancel(self, session: str) -> None:
         """Stop: the session's next pass raises (a draft of several passes ends after the one in flight)."""
-        found = self.sessions.get(session)
-        if found is not None and not found.cancel.is_set():
-            found.stopped_at = found.model.stats.passes
-            found.cancel.set()
+        with self._lock:
+            found = self.sessions.get(session)
+            if found is None:
+                self._end(session, stopped=True)  # its calls may still be queued: they will not compute
+            elif not found.cancel.is_set():
+                found.stopped_at = found.model.stats.passes
+                found.cancel.set()
 
     def passes(self) -> dict:
         """Forward passes run by every session, ended ones too, and per stopped session how many passes it ran
@@ -212,8 +231,8 @@ class MemberActor:
     cancel.__ray_concurrency_group__ = passes.__ray_concurrency_group__ = "control"
 
     def drop(self, session: str) -> None:
-        if session in self.sessions:
-            s = self.sessions[session]
+        s = self.sessions.get(session)
+        if s is not None:
             s.model.drop()
             s.kept.clear()
             s.bytes = 0
@@ -221,6 +240,7 @@ class MemberActor:
     def close(self, session: str) -> None:
         with self._lock:
             found = self.sessions.pop(session, None)
+            self._end(session, stopped=False)
             if found is not None:
                 self._ended_passes += found.model.stats.passes
                 if found.stopped_at is not None:
@@ -307,7 +327,7 @@ class RemoteModel:
         return SizedDist(
             summary,
             lambda ids: self._call("values", handle, index, ids),
-            lambda: torch.from_numpy(self._call("row", handle, index)),
+            lambda: torch.from_numpy(self._call("row", handle, index).copy()),
             size,
         )
 
@@ -414,8 +434,8 @@ class RayBackend(Pooled, Backend):
         else:
             ray.init(num_cpus=os.cpu_count() or 1, **kwargs)
             self._started_ray = True
-        if main and ours is not None:  # Ray's driver sets SIGTERM to sys.exit(15): keep this process's own handling
-            signal.signal(signal.SIGTERM, ours)
+        if main and callable(ours):  # Ray's driver sets SIGTERM to sys.exit(15): keep a handler this process set
+            signal.signal(signal.SIGTERM, ours)  # (with none, Ray's exit runs the exit handlers; the default would not)
 
     def _how(self, loaded) -> dict:
         """How the member process gets its model: loaded by the same name and device (the dtype this process

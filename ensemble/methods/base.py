@@ -152,7 +152,7 @@ class Run:
             adapter.cancel = self.cancel
             adapter.summary_size = summary_size(settings.top_k)
             adapter.full_rows = reads_whole_rows(method, settings)
-            adapter.runtime.rows_kept = rows_read_later(method, settings)
+            adapter.runtime.rows_kept = rows_read_later(method, settings, adapter.name == self.trace.drafter)
             adapter.start(self.prompt)
             if kept:  # a fork (ensemble.fork): the response so far is the run's kept text, tokenized afresh
                 adapter.sync(kept)
@@ -351,13 +351,13 @@ def reads_whole_rows(method: str, settings: Settings) -> bool:
     return sampled or (method != "specem" and fusion == "gac" and settings.sharpen_for(method) == "geometric")
 
 
-def rows_read_later(method: str, settings: Settings) -> int:
+def rows_read_later(method: str, settings: Settings, lead: bool) -> int:
     """How many passes back a run may still ask a member about a row (:mod:`ensemble.dist`): SAFE decides a round's
-    draft (up to n + 4 passes) after its verification and after drafting the next round ahead (as many again);
-    other methods read a row in the step that computed it."""
-    if method == "safe":
+    draft (up to n + 4 passes) after its verification and after its drafter drafted the next round ahead (as many
+    again); a verifier's rows, and every other method's, are read in the round or step that computed them."""
+    if method == "safe" and lead:
         return 2 * (settings.lookahead + 4) + 8
-    return 8
+    return 4
 
 
 def model_topk(adapter: ModelAdapter, dist: Dist, k: int = 5) -> list[list]:
