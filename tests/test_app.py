@@ -28,6 +28,7 @@ def test_agents_use_the_same_four_as_mcp_tools(app_url):
     """An MCP client (the ``mcp`` package, streamable HTTP) lists typed, documented tools and calls them."""
     import ast
     import asyncio
+    import concurrent.futures
 
     from mcp import ClientSession
     from mcp.client.streamable_http import streamablehttp_client
@@ -46,7 +47,9 @@ def test_agents_use_the_same_four_as_mcp_tools(app_url):
             bad = await session.call_tool("explain_token", {"trace": trace, "index": 999})
             return tools, compared, trace, why, bad
 
-    tools, compared, trace, why, bad = asyncio.run(session_calls())
+    # in a thread of its own: Playwright's sync API (a session fixture) may hold this thread's running event loop
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        tools, compared, trace, why, bad = pool.submit(asyncio.run, session_calls()).result()
     assert set(tools) == ENDPOINTS
     assert "prompt" in tools["run_ensemble"].inputSchema["properties"] and tools["run_ensemble"].description
     assert "index" in tools["explain_token"].inputSchema["properties"]

@@ -25,6 +25,7 @@ pytest.importorskip("ray")
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "Tom has 3 apples and buys 5 more. How many apples does he have?"
+LONG = "Explain step by step how a train journey from Sofia to Plovdiv is planned: tickets, times, stations and what to pack."  # a long answer from the embedded models
 RUNS = [
     ("single", {}),
     ("unite", {}),
@@ -316,7 +317,7 @@ def test_stop_reaches_a_member_inside_its_draft_within_one_pass(ray_backend, lla
     members = llama_pool.get_many(["qwen", "smollm2"])
     cancel, committed, ended = threading.Event(), threading.Event(), threading.Event()
     settings = Settings(max_new_tokens=200, stop_strings=[], lookahead=40)
-    job = EnsembleRun(members, "Write a long story about a journey from Sofia to Plovdiv.", "safe", settings, cancel=cancel,
+    job = EnsembleRun(members, LONG, "safe", settings, cancel=cancel,
                       backend=ray_backend)
     actor = ray_backend.member(members[0]).actor
 
@@ -329,8 +330,10 @@ def test_stop_reaches_a_member_inside_its_draft_within_one_pass(ray_backend, lla
     threading.Thread(target=consume, daemon=True).start()
     assert committed.wait(120)  # round 0 is decided; the drafter now drafts (ahead, or round 1)
     start = ray.get(actor.passes.remote())["passes"]
-    while ray.get(actor.passes.remote())["passes"] < start + 3:  # a draft is computing
+    deadline = time.time() + 60
+    while ray.get(actor.passes.remote())["passes"] < start + 3 and time.time() < deadline:  # a draft is computing
         time.sleep(0.01)
+    assert not ended.is_set(), "the answer ended before a later draft could be stopped"
     before = ray.get(actor.passes.remote())["passes"]
     stopped = time.perf_counter()
     cancel.set()
@@ -346,7 +349,7 @@ def test_stop_reaches_a_member_inside_its_draft_within_one_pass(ray_backend, lla
 def _cli_on_ray(tmp_path: Path, name: str) -> tuple[subprocess.Popen, Path]:
     out = tmp_path / f"{name}.json"
     cmd = [sys.executable, "-m", "ensemble", "generate", "--backend", "ray", "--method", "unite", "--models", "qwen,smollm2",
-           "--prompt", "Write a long story about a journey from Sofia to Plovdiv.", "--max-new-tokens", "300", "--out", str(out),
+           "--prompt", LONG, "--max-new-tokens", "300", "--out", str(out),
            "--runtime", "llamacpp"]  # members map their GGUF files, which tells the test which process holds which
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
