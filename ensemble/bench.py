@@ -194,6 +194,7 @@ def _measure(models: list, prompts: list[str], plan: list[tuple], repeat: int) -
             "member_bytes_per_round": _per_round(traces, "member_bytes"),
             "whole_row_bytes_per_round": _per_round(traces, "member_row_bytes"),
             "overlap_share": _overlap_share(traces),
+            "phase_s_per_token": _phases(traces, tokens),
         }
     return out
 
@@ -202,6 +203,18 @@ def _per_round(traces, stat: str) -> int:
     """A stats dict's total per round (SAFE, SpecEM) or per token (the others)."""
     rounds = sum(t.stats.rounds or t.stats.generated_tokens for t in traces)
     return round(sum(sum(getattr(t.stats, stat).values()) for t in traces) / max(1, rounds))
+
+
+def _phases(traces, tokens: int) -> dict[str, float]:
+    """Seconds per generated token in each phase the rounds record (SAFE: draft, verify, decide, and drafting ahead
+    with its overlap; SpecEM: its phases), where the time goes."""
+    sums: dict[str, float] = {}
+    for t in traces:
+        for r in t.rounds:
+            for k, v in r.timings.items():
+                if isinstance(v, int | float):
+                    sums[k] = sums.get(k, 0.0) + v
+    return {k: round(v / max(tokens, 1), 4) for k, v in sums.items()}
 
 
 def _overlap_share(traces) -> float | None:
