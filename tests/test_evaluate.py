@@ -458,8 +458,8 @@ def test_a_stop_while_a_row_is_written_still_counts_that_row(tmp_path, monkeypat
     and counted: meta's new_rows matches the file, and the run then stops before the next question."""
     import signal
 
-    from ensemble.cli.evaluate import _terminate_as_interrupt
     from ensemble.evaluation import runner
+    from ensemble.members import interrupt_on_sigterm
 
     real_append = runner.append_row
 
@@ -470,8 +470,14 @@ def test_a_stop_while_a_row_is_written_still_counts_that_row(tmp_path, monkeypat
 
     monkeypatch.setattr(runner, "append_row", append_then_killed)
     data = write_data(tmp_path / "q.jsonl", [(1, 2), (3, 4)])
-    with _terminate_as_interrupt(), pytest.raises(KeyboardInterrupt):
-        run_evaluation(config_for(tmp_path, data), fake_models("a", "b"), progress=False)
+    previous = signal.getsignal(signal.SIGTERM)
+    interrupt_on_sigterm()  # as the CLI's main does: SIGTERM stops a command like Ctrl-C
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_evaluation(config_for(tmp_path, data), fake_models("a", "b"), progress=False)
+        assert signal.getsignal(signal.SIGTERM) is not previous  # the runner put the CLI's handler back
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     out = tmp_path / "out"
     meta = json.loads((out / "meta.json").read_text())
     assert len(jsonl(out / "rows.jsonl")) == 1 == len(fake.calls)
