@@ -25,9 +25,14 @@ per-sequence causal mask keeps the blocks apart — the 4-D mask of the transfor
 
 ctypes releases the GIL for the duration of every C call, so members on this runtime compute at the same time
 in threads of one process (``ensemble.members.base.ThreadBackend``); each context's thread count is its own.
-OpenMP's idle threads spin by default, which starves a second member on a small machine (0.9 tok/s measured
-with 2 threads while another process was busy): ``OMP_WAIT_POLICY=PASSIVE`` is set before the library loads
-unless the user set it.
+
+llama.cpp's CPU kernels run on OpenMP, and the OpenMP runtime is the one torch loaded first (``libgomp.so.1``),
+initialised from the environment the process started with. Nothing here sets ``OMP_WAIT_POLICY``: an earlier
+version set it to ``PASSIVE`` before loading llama.cpp, which did nothing in a process that imports torch first,
+and reached Ray's member processes only by accident, through the coordinator's environment. OpenMP's default (spin
+a while at each barrier) is the fastest for a process with its cores to itself (qwen's decoding step 31 ms on two
+threads, 49 ms with ``PASSIVE``); members sharing one machine get ``PASSIVE`` on purpose
+(``ensemble.members.ray_backend.SHARED_CORES_ENV``). A user's own setting is left as it is everywhere.
 """
 
 from __future__ import annotations
@@ -65,7 +70,6 @@ IDLE_CONTEXTS = 2
 @cache
 def lib():
     """The ``llama_cpp`` module, initialised once (its log output silenced unless ENSEMBLE_LENS_LLAMA_LOG=1)."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         import llama_cpp
     except ImportError as exc:

@@ -19,6 +19,8 @@ from ensemble.members.base import LOCAL, SEQUENTIAL, THREADS
 from ensemble.methods import EnsembleRun, generate
 from ensemble.settings import Settings
 
+_STARTED_WITH = dict(os.environ)  # this process's environment before any model loaded
+
 PROMPT = "Sofia went to Plovdiv in 1999. Where did Sofia go, and when? Answer in one sentence that starts with her name."
 
 
@@ -299,6 +301,15 @@ def test_llama_members_in_ray_actors_give_the_in_process_output(llama):
             local = generate(members, PROMPT, method, settings)
             assert remote.error is None and remote.text == local.text
             assert [t.decision for t in remote.tokens] == [t.decision for t in local.tokens]
+        # OpenMP's wait policy: this process keeps the one it started with (an earlier version set PASSIVE here,
+        # which Ray's members then inherited on a cluster too); members sharing this machine get PASSIVE on purpose,
+        # unless the user chose a policy (docs/results.md, "Member backends")
+        import psutil
+
+        assert os.environ.get("OMP_WAIT_POLICY") == _STARTED_WITH.get("OMP_WAIT_POLICY")
+        wanted = _STARTED_WITH.get("OMP_WAIT_POLICY", "PASSIVE")
+        for info in backend.member_info().values():
+            assert psutil.Process(info["pid"]).environ().get("OMP_WAIT_POLICY") == wanted
     finally:
         backend.close()
 
