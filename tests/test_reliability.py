@@ -166,7 +166,7 @@ def test_eight_concurrent_clients_each_get_their_own_trace(app_url, client):
     def one(prompt):
         own = Client(app_url, verbose=False)
         data = own.predict(prompt=prompt, method="safe", models="smollm2,gemma3",
-                           settings={"max_new_tokens": 64}, api_name="/run_ensemble")
+                           settings={"max_new_tokens": 32}, api_name="/run_ensemble")
         return RunTrace.from_dict(data)
 
     tokenize_latencies = []
@@ -184,7 +184,7 @@ def test_eight_concurrent_clients_each_get_their_own_trace(app_url, client):
     # Greedy runs are deterministic: every run under load equals the same run alone, token for token.
     models = _models(["smollm2", "gemma3"])
     for prompt, trace in zip(prompts, traces, strict=True):
-        alone = generate(models, prompt, "safe", Settings(max_new_tokens=64))
+        alone = generate(models, prompt, "safe", Settings(max_new_tokens=32))
         assert trace.text == alone.text, prompt
         assert [(t.text, t.decision) for t in trace.tokens] == [(t.text, t.decision) for t in alone.tokens]
     assert tokenize_latencies and max(tokenize_latencies) < 30
