@@ -470,19 +470,20 @@ def test_a_stop_while_a_row_is_written_still_counts_that_row(tmp_path, monkeypat
 
     monkeypatch.setattr(runner, "append_row", append_then_killed)
     data = write_data(tmp_path / "q.jsonl", [(1, 2), (3, 4)])
-    previous = signal.getsignal(signal.SIGTERM)
+    previous, previous_int = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     interrupt_on_sigterm()  # as the CLI's main does: SIGTERM stops a command like Ctrl-C
+    ours = signal.getsignal(signal.SIGTERM)
     try:
         with pytest.raises(KeyboardInterrupt):
             run_evaluation(config_for(tmp_path, data), fake_models("a", "b"), progress=False)
-        assert signal.getsignal(signal.SIGTERM) is not previous  # the runner put the CLI's handler back
+        assert signal.getsignal(signal.SIGTERM) is ours  # the runner put the CLI's handler back
     finally:
         signal.signal(signal.SIGTERM, previous)
     out = tmp_path / "out"
     meta = json.loads((out / "meta.json").read_text())
     assert len(jsonl(out / "rows.jsonl")) == 1 == len(fake.calls)
     assert meta["complete"] is False and meta["runs"][-1]["new_rows"] == 1
-    assert signal.getsignal(signal.SIGTERM) is not None and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is previous_int  # the runner put SIGINT's handler back (ignored in a background job)
 
 
 def test_a_run_split_by_method_joins_back_into_one_report(tmp_path, monkeypatch):
