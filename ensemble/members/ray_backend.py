@@ -40,7 +40,7 @@ WAIT_STEP_S = 0.05
 SHARED_CORES_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 """The environment of member processes that share one machine's cores (no cluster named), unless the user set it.
 llama.cpp computes on OpenMP, whose threads spin a while at every barrier by default: the fastest for a process
-that has the cores to itself, but where a drafter's two threads and a verifier's one overlap on two cores they spin
+that has the cores to itself, but where a drafter's threads and a verifier's overlap on the same cores they spin
 against each other. ``python scripts/omp_wait_probe.py`` (Ray members, qwen + smollm2, one GSM8K question, 128
 tokens, 2 cores), seconds per token with OpenMP's default and with ``PASSIVE``: qwen alone 0.032 and 0.056, SAFE
 0.091 and 0.064, every-token UniTE 0.068 and 0.056. Members share a machine to run ensembles, so they sleep at
