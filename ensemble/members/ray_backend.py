@@ -3,8 +3,9 @@
 Locally ``ray.init()`` starts a one-node cluster (one process per member on this machine); with an address
 (``ray.init(address="ray://head:10001")`` or ``auto``) the actors go to the cluster's nodes, placed by the
 resources asked for each member (``num_gpus``, a custom resource per host). The coordinator keeps every
-member's text side (tokens, spans, re-sync) and sends an actor only ids and positions; the actor answers with
-the logit rows asked for and what the pass cost.
+member's text side (tokens, spans, re-sync) and sends an actor only ids and positions; the actor
+(:class:`~ensemble.members.ray_actor.MemberActor`, the member's side) answers with row summaries, the numbers of
+the ids asked for or, for sampled runs, whole rows, and what the pass cost. This module is the coordinator's side.
 
 One actor serves every run that uses its model: each run is a *session* with its own KV cache, so two app
 sessions never share KV state. An actor that dies (its process killed, out of memory) fails the runs using it
@@ -20,20 +21,18 @@ import pickle
 import signal
 import threading
 import uuid
-import zlib
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from ..cached import CachedModel, ForwardStats
-from ..dist import FullDist, RowMath, SizedDist
+from ..cached import ForwardStats
+from ..dist import FullDist, SizedDist
 from ..errors import Cancelled, EnsembleError, MemberDied
 from ..response import common_prefix
 from .base import Backend, Pooled, role_threads
+from .ray_actor import MemberActor, _prefix_check
 
 WAIT_STEP_S = 0.05
 """How often a waiting coordinator thread checks the run's Stop flag while an actor computes."""
@@ -45,217 +44,6 @@ against each other. ``python scripts/omp_wait_probe.py`` (Ray members, qwen + sm
 tokens, 2 cores), seconds per token with OpenMP's default and with ``PASSIVE``: qwen alone 0.032 and 0.056, SAFE
 0.091 and 0.064, every-token UniTE 0.068 and 0.056. Members share a machine to run ensembles, so they sleep at
 once; on a cluster each member keeps the default."""
-
-KEEP_BYTES = 1 << 30
-"""A session keeps the rows of the passes its run may still ask about (the run says how many: ``rows_kept``), and
-never more than this many bytes of them (the newest pass is always kept)."""
-
-
-def _prefix_check(ids: list[int], keep: int) -> int:
-    """A checksum of the first ``keep`` ids, so a member never extends a prefix other than the coordinator's."""
-    return zlib.crc32(np.asarray(ids[:keep], dtype=np.int64).tobytes())
-
-
-class _Session:
-    """One run's state in a member: its runtime (KV cache) and the rows of its latest passes, by handle."""
-
-    def __init__(self, model):
-        self.model = model
-        self.cancel = threading.Event()
-        self.stopped_at: int | None = None  # passes when a Stop arrived
-        model.cancel = self.cancel
-        self.kept: OrderedDict[int, list[RowMath]] = OrderedDict()
-        self.bytes = 0
-        self.handles = 0
-
-    def ids(self, keep: int, check: int, tail: list[int]) -> list[int]:
-        """The ids the coordinator means: the first ``keep`` of those the cache holds, then ``tail``."""
-        held = list(self.model.cache_ids)
-        if keep > len(held) or _prefix_check(held, keep) != check:
-            raise EnsembleError("A member's KV cache no longer holds the ids its coordinator extends (a member restarted?).")
-        return held[:keep] + list(tail)
-
-    def keep(self, rows: torch.Tensor, passes: int) -> int:
-        """Keep a pass's rows under a new handle, and those of the ``passes`` - 1 passes before it."""
-        handle, self.handles = self.handles, self.handles + 1
-        self.kept[handle] = [RowMath(r) for r in rows]
-        self.bytes += rows.nbytes
-        while len(self.kept) > 1 and (len(self.kept) > passes or self.bytes > KEEP_BYTES):
-            _, old = self.kept.popitem(last=False)
-            self.bytes -= sum(m.row.nbytes for m in old)
-        return handle
-
-    def row(self, handle: int, index: int) -> RowMath:
-        found = self.kept.get(handle)
-        if found is None:
-            raise EnsembleError(f"A member no longer holds the rows of pass {handle} (it keeps those its run said it needs).")
-        return found[index]
-
-
-class MemberActor:
-    """The process side of a member: one model, one :class:`_Session` (KV cache and recent rows) per run.
-
-    A call sends the ids as a delta (how many of the ids the session's cache holds it keeps, a checksum of them,
-    and the new ids) and gets back, per asked position, a row's :class:`~ensemble.dist.Summary` (``size`` given)
-    or the whole row (``size`` None: sampled runs); other ids' numbers come from :meth:`values`. ``cancel`` runs
-    beside the compute calls (its own concurrency group), so a Stop ends a multi-pass call after its current pass.
-    """
-
-    def __init__(self, how: dict, threads: int | None):
-        if threads:
-            torch.set_num_threads(threads)
-        self.default_threads = torch.get_num_threads()
-        if how["kind"] == "load":
-            from ..models import load, quiet_progress
-
-            loaded = load(how["name"], how["device"], how["dtype"], quiet_progress, runtime=how.get("runtime"))
-            self._new = loaded.new_runtime
-            self._warm = loaded.warm_context
-        else:
-            model, device = how["model"], how["device"]
-            model.eval()
-            self._new = lambda: CachedModel(model, device)
-            self._warm = lambda: 0
-        self.sessions: dict[str, _Session] = {}
-        self._ended: OrderedDict[str, bool] = OrderedDict()  # recently closed or stopped sessions (True: stopped)
-        self._lock = threading.Lock()
-        self._ended_passes = 0
-        self._after_stop: list[int] = []
-
-    def ready(self) -> dict:
-        import ray
-
-        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(), "threads": torch.get_num_threads()}
-
-    def warm(self) -> int:
-        """The first run's context, its template head read (llama.cpp: ``LoadedModel.warm_context``), as the app's
-        warm-up does in process; returns the ids read."""
-        return self._warm()
-
-    def _session(self, session: str, create: bool = True) -> _Session:
-        """A run's session: made by its first compute call. A Stop that arrived before it, a call after the run
-        closed it, or a question about rows of a session that is gone are refused (nothing is computed for them)."""
-        with self._lock:
-            found = self.sessions.get(session)
-            if found is not None:
-                return found
-            if session in self._ended:
-                raise Cancelled("Stopped by the user.") if self._ended[session] else EnsembleError("This run has ended.")
-            if not create:
-                raise EnsembleError("A member holds no session of this run.")
-            found = self.sessions[session] = _Session(self._new())
-            return found
-
-    def _end(self, session: str, stopped: bool) -> None:
-        self._ended[session] = stopped or self._ended.get(session, False)
-        while len(self._ended) > 4096:
-            self._ended.popitem(last=False)
-
-    def _threads(self, model, threads: int | None) -> None:
-        """The session's thread count for this pass (None: the actor's default, whatever an earlier run asked);
-        a llama.cpp session sets its own context's count."""
-        threads = threads or self.default_threads
-        if getattr(model, "gil_free", False):
-            model.threads = threads
-        elif torch.get_num_threads() != threads:
-            torch.set_num_threads(threads)
-
-    @staticmethod
-    def _cost(model, before: ForwardStats) -> tuple[int, int, float]:
-        after = model.stats
-        return after.passes - before.passes, after.tokens - before.tokens, after.seconds - before.seconds
-
-    @staticmethod
-    def _answer(s: _Session, rows: torch.Tensor, how: tuple[int, int] | None):
-        if how is None:
-            return rows.numpy(), None
-        size, passes = how
-        handle = s.keep(rows, passes)
-        summaries = [m.summary(size) for m in s.kept[handle]]
-        for m in s.kept[handle]:
-            m.forget()  # a kept row holds its logits only (KEEP_BYTES counts them); a fetch recomputes the rest
-        return summaries, handle
-
-    def rows(self, session: str, keep: int, check: int, tail: list[int], positions: list[int], threads: int | None,
-             how: tuple[int, int] | None):
-        """The rows after ``positions``: whole (``how`` None), or summaries of ``how[0]`` ids, the rows kept for
-        later questions with those of the last ``how[1]`` passes."""
-        s = self._session(session)
-        self._threads(s.model, threads)
-        before = ForwardStats(**vars(s.model.stats))
-        rows = s.model.rows(s.ids(keep, check, tail), positions)
-        return (*self._answer(s, rows, how), self._cost(s.model, before))
-
-    def draft(self, session: str, keep: int, check: int, tail: list[int], n: int, stop: list[int], threads: int | None,
-              how: tuple[int, int]):
-        """Greedy drafting of up to ``n`` tokens in this process (one call instead of one per token): each step's
-        row is kept and summarised; a token of ``stop`` (end of sequence) ends the draft unappended."""
-        s = self._session(session)
-        self._threads(s.model, threads)
-        before = ForwardStats(**vars(s.model.stats))
-        ids, stop_ids = s.ids(keep, check, tail), set(stop)
-        tokens, summaries, handles = [], [], []
-        for _ in range(n):
-            rows = s.model.rows(ids, [len(ids) - 1])
-            (summary,), handle = self._answer(s, rows, how)
-            tokens.append(summary.argmax)
-            summaries.append(summary)
-            handles.append(handle)
-            if summary.argmax in stop_ids:
-                break
-            ids.append(summary.argmax)
-        return tokens, summaries, handles, self._cost(s.model, before)
-
-    def values(self, session: str, handle: int, index: int, ids: list[int]):
-        return self._session(session, create=False).row(handle, index).values(ids)
-
-    def row(self, session: str, handle: int, index: int):
-        return self._session(session, create=False).row(handle, index).row.numpy()
-
-    def branch(self, session: str, ctx: int, blocks: list[list[int]], targets: list[int], threads: int | None = None):
-        s = self._session(session)
-        self._threads(s.model, threads)  # its cache holds exactly the context: score_inline just asked for its logits
-        before = ForwardStats(**vars(s.model.stats))
-        return s.model.branch_scores(ctx, blocks, targets).numpy(), None, self._cost(s.model, before)
-
-    def cancel(self, session: str) -> None:
-        """Stop: the session's next pass raises (a draft of several passes ends after the one in flight)."""
-        with self._lock:
-            found = self.sessions.get(session)
-            if found is None:
-                self._end(session, stopped=True)  # its calls may still be queued: they will not compute
-            elif not found.cancel.is_set():
-                found.stopped_at = found.model.stats.passes
-                found.cancel.set()
-
-    def passes(self) -> dict:
-        """Forward passes run by every session, ended ones too, and per stopped session how many passes it ran
-        after its Stop arrived (at most the one in flight): what the tests read of a Stop."""
-        with self._lock:
-            live = sum(s.model.stats.passes for s in self.sessions.values())
-            return {"passes": self._ended_passes + live, "after_stop": list(self._after_stop)}
-
-    # ray.method(concurrency_group="control"): these run while a compute call is busy
-    cancel.__ray_concurrency_group__ = passes.__ray_concurrency_group__ = "control"
-
-    def drop(self, session: str) -> None:
-        s = self.sessions.get(session)
-        if s is not None:
-            s.model.drop()
-            s.kept.clear()
-            s.bytes = 0
-
-    def close(self, session: str) -> None:
-        with self._lock:
-            found = self.sessions.pop(session, None)
-            self._end(session, stopped=False)
-            if found is not None:
-                self._ended_passes += found.model.stats.passes
-                if found.stopped_at is not None:
-                    self._after_stop.append(found.model.stats.passes - found.stopped_at)
-        if found is not None:
-            found.model.close()
-
 
 @cache
 def _actor_class():
