@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ensemble.bench import bench_methods, format_report
+from ensemble.bench import bench_methods
+from ensemble.bench_report import format_report
 
 
 def test_methods_report_accounts_for_forward_time_and_draft_waste(tiny):

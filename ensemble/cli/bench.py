@@ -17,10 +17,10 @@ from ..bench import (
     bench_runtimes,
     bench_single,
     bench_specem,
-    format_report,
     log,
     reasoning_prompts,
 )
+from ..bench_report import format_report
 from ..errors import SettingsError
 from ..models import DEFAULT_ENSEMBLE
 from ..settings import Settings
