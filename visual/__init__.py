@@ -11,7 +11,7 @@ from .export import compare_document, fork_document, run_document, tokenizers_do
 from .forks import fork_html
 from .inspector import explain, inspector_json
 from .plaintext import explain_text
-from .report import results_figures, results_html, write_report
+from .report import report_document, results_figures, results_html, write_report
 from .specem import rounds_html, score_heatmap, weights_figure, weights_note
 from .splits import tokenization_html
 from .stats import compare_figure, compare_frame, stats_frame, stats_html, token_filter_choices, token_frame, tokens_csv
@@ -42,6 +42,7 @@ __all__ = [
     "inspector_json",
     "kept_html",
     "legend_html",
+    "report_document",
     "results_figures",
     "results_html",
     "rounds_html",

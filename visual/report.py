@@ -129,13 +129,13 @@ h1 { font-size: 1.5em; }
 """
 
 
-def write_report(rows: list[dict], path, title: str, meta: dict) -> None:
-    """Write ONE standalone HTML file: header with ``meta``, the results table, both figures (plotly.js inlined,
+def report_document(rows: list[dict], title: str, meta: dict) -> str:
+    """ONE standalone HTML file: header with ``meta``, the results table, both figures (plotly.js inlined,
     so it opens offline)."""
     figures = results_figures(rows)
     plots = [fig.to_html(full_html=False, include_plotlyjs=(i == 0), config={"displaylogo": False}) for i, fig in enumerate(figures)]
     meta_rows = "".join(f"<tr><td>{safe(k)}</td><td>{safe(v)}</td></tr>" for k, v in (meta or {}).items())
-    document = (
+    return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         '<meta name="viewport" content="width=device-width, initial-scale=1"><meta name="color-scheme" content="light dark">'
         f"<title>{safe(title)}</title><style>{CSS}{_REPORT_CSS}</style></head><body>"
@@ -145,6 +145,11 @@ def write_report(rows: list[dict], path, title: str, meta: dict) -> None:
         + "".join(f"<section>{p}</section>" for p in plots)
         + "</body></html>\n"
     )
+
+
+def write_report(rows: list[dict], path, title: str, meta: dict) -> None:
+    """Write :func:`report_document` to ``path`` (its folder made if needed). The command line writes the
+    document through its atomic writer instead (``ensemble.outputs``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(document, encoding="utf-8")
+    path.write_text(report_document(rows, title, meta), encoding="utf-8")

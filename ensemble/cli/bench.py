@@ -24,6 +24,7 @@ from ..bench_report import format_report
 from ..errors import SettingsError
 from ..models import DEFAULT_ENSEMBLE
 from ..settings import Settings
+from .options import add_dtype_option
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, default=2, help="how many of its questions (chosen by --seed; default 2)")
     p.add_argument("--reasoning-tokens", type=int, default=128, help="answer length of the reasoning section")
     p.add_argument("--specem-long", type=int, default=400, help="long SpecEM run for the linear-cost check")
-    p.add_argument("--dtype", default="auto", help="auto (bfloat16 on CPUs with native bf16, else float32) | float32 | bfloat16")
+    add_dtype_option(p)
     p.add_argument("--device", default="cpu")
     p.add_argument("--backends", default="local,ray", help="member backends the backends section compares (local,ray)")
     p.add_argument("--member-threads", type=int, default=None,

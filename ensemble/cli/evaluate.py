@@ -14,7 +14,7 @@ from ..models import DEFAULT_ENSEMBLE, ModelPool, resolve
 from ..models.runtimes import split_runtime
 from ..outputs import check_output_folder
 from .common import models_arg
-from .options import add_backend_options, add_engine_options, backend_from_args, settings_from_args
+from .options import add_backend_options, add_dtype_option, add_engine_options, backend_from_args, settings_from_args
 from .report import print_summary, write_html_report
 
 
@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", default=",".join(DEFAULT_ENSEMBLE), help="the ensemble's models (default: %(default)s)")
     p.add_argument("--out", required=True, help="output folder; rerunning the same command resumes it")
     p.add_argument("--device", default="cpu", help="cpu | cuda:N | auto")
-    p.add_argument("--dtype", default="auto")
+    add_dtype_option(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_engine_options(p)
     add_backend_options(p)

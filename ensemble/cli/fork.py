@@ -11,7 +11,7 @@ import json
 import sys
 
 from ..fork import DRAFTER_ALONE, FORK_METHODS, member_names
-from ..outputs import check_output_file
+from ..outputs import check_distinct_outputs, check_output_file, write_output
 from .common import read_bytes, write_document
 from .options import add_runtime_option
 
@@ -44,18 +44,19 @@ def cmd_fork(args) -> int:
     settings.validate(method, unique_labels(names))  # the run names a second copy qwen#2, as the trace did
     for name in names:
         resolve(name)
+    check_distinct_outputs(out=args.out, html=args.html)
     for path in (args.out, args.html):
         if path:
             check_output_file(path)
     pool = ModelPool(device=args.device, runtime=args.runtime)
     forked, comparison = run_fork(pool.get_many(names), trace, at, args.method, settings)
+    if args.json:  # printed before the files are written: a file that fails does not lose the run
+        print(json.dumps({"fork": forked.to_dict(), "comparison": comparison.to_dict()}, ensure_ascii=False), flush=True)
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            fh.write(forked.to_json(indent=1))
+        write_output(args.out, forked.to_json(indent=1))
     if args.html:
         write_document(args.html, "fork_document", trace, forked, comparison.to_dict())
     if args.json:
-        print(json.dumps({"fork": forked.to_dict(), "comparison": comparison.to_dict()}, ensure_ascii=False))
         return 0
     label = f"{names[0]} alone" if method == "single" else f"{method} on {', '.join(forked.models)}"
     print(f"-- kept ({len(comparison.kept)} characters, tokens #0–#{at - 1} of {trace.method}):", file=sys.stderr)

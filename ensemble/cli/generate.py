@@ -7,12 +7,12 @@ import os
 import sys
 import threading
 
-from ..errors import MemberDied, SettingsError
+from ..errors import MemberDied, OutputError, SettingsError
 from ..models import DEFAULT_ENSEMBLE, resolve
 from ..models.runtimes import split_runtime
-from ..outputs import check_output_file
+from ..outputs import check_distinct_outputs, check_output_file, write_output
 from .common import models_arg, read_text, write_document
-from .options import add_backend_options, add_engine_options, backend_from_args, settings_from_args
+from .options import add_backend_options, add_dtype_option, add_engine_options, backend_from_args, settings_from_args
 
 ANSI = {
     "consensus": "\x1b[32m",
@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also save the run as one self-contained HTML file (strip, inspector on click, stats; opens offline)")
     p.add_argument("--verbose", action="store_true")
     p.add_argument("--device", default="cpu", help="cpu | cuda:N | auto")
-    p.add_argument("--dtype", default="auto")
+    add_dtype_option(p)
     add_engine_options(p)
     add_backend_options(p)
     p.set_defaults(func=cmd_generate)
@@ -60,10 +60,11 @@ def cmd_generate(args) -> int:
     settings.validate(args.method, bases)
     for name in bases:
         resolve(name)
+    check_distinct_outputs(out=args.out, html=args.html)
     for path in (args.out, args.html):
         if path:
             check_output_file(path)
-    backend = backend_from_args(args, members=1 if args.method == "single" else len(names))
+    backend = backend_from_args(args, members=1 if args.method == "single" else len(names), names=bases)
     pool = ModelPool(device=args.device, dtype=args.dtype, backend=backend, runtime=args.runtime)
     models = pool.get_many(names)
     stop = threading.Event()
@@ -96,16 +97,15 @@ def cmd_generate(args) -> int:
     except MemberDied as exc:
         failed = exc  # the trace so far is kept (and saved with --out)
     trace = job.trace
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            fh.write(trace.to_json(indent=1))
-    if args.html:
-        write_document(args.html, "run_document", trace)
+    unsaved = save_outputs(args, trace)
+    if args.json:  # printed whatever happened to the files: the run is never lost
+        print(trace.to_json())
     if failed is not None:
         print(f"\nerror: {failed}", file=sys.stderr)
         return 1
+    if unsaved:
+        return 2
     if args.json:
-        print(trace.to_json())
         return 0
     s = trace.stats
     print()
@@ -118,3 +118,20 @@ def cmd_generate(args) -> int:
     )
     print(f"   decisions: {s.decisions}  forward passes: {s.forward_passes}", file=sys.stderr)
     return 0
+
+
+def save_outputs(args, trace) -> list[str]:
+    """Write ``--out`` and ``--html`` (each atomically: whole or not at all); a file that cannot be written is
+    reported in one line naming it, and the other is still written. Returns the messages of the failed ones."""
+    failures = []
+    for path, write in ((args.out, lambda p: write_output(p, trace.to_json(indent=1))),
+                        (args.html, lambda p: write_document(p, "run_document", trace))):
+        if not path:
+            continue
+        try:
+            write(path)
+        except OutputError as exc:
+            hint = "" if args.json else " (run with --json to print the trace instead)"
+            print(f"error: {exc}{hint}", file=sys.stderr)
+            failures.append(str(exc))
+    return failures

@@ -23,6 +23,15 @@ def settings_from_args(args) -> Settings:
     return settings.from_args(args)
 
 
+def add_dtype_option(p) -> None:
+    """``--dtype``, its choices from :data:`ensemble.models.device.DTYPES` (declared once)."""
+    from ..models.device import DTYPES
+
+    p.add_argument("--dtype", default="auto", choices=DTYPES,
+                   help="auto: bfloat16 on a GPU or a CPU with native bfloat16, else float32 (llama.cpp members keep "
+                   "their GGUF's types)")
+
+
 def add_backend_options(p: argparse.ArgumentParser) -> None:
     """Where the members compute (see :mod:`ensemble.members` and docs/distributed.md)."""
     from ..members import BACKEND_ENV, BACKENDS
@@ -61,9 +70,10 @@ def add_runtime_option(p) -> None:
     )
 
 
-def backend_from_args(args, members: int = 3):
+def backend_from_args(args, members: int = 3, names: list[str] | None = None):
     """The backend the flags of :func:`add_backend_options` ask for (checked before any model loads). For
-    ``auto`` the choice and its reason go to stderr; ``members`` is how many models compute in one run."""
+    ``auto`` the choice and its reason go to stderr; ``members`` is how many models compute in one run, ``names``
+    their names (a resource for a model not in the run is refused: it would be ignored without a word)."""
     import sys
 
     from ..members import auto_backend, make_backend, parse_resources
@@ -72,7 +82,11 @@ def backend_from_args(args, members: int = 3):
         raise SettingsError("--member-threads must be at least 1.")
     resources = parse_resources(args.member_resources)
     if args.backend == "local" and (resources or args.ray_address):
-        raise SettingsError("--ray-address and --member-resources need --backend ray.")
+        raise SettingsError("--ray-address and --member-resources need --backend ray (or leave --backend out).")
+    strangers = [n for n in resources if names is not None and n not in names]
+    if strangers:
+        raise SettingsError(f"--member-resources names {', '.join(strangers)}, not a model of this run "
+                            f"({', '.join(names)}); name the members as --models does.")
     device = getattr(args, "device", "cpu")
     if args.backend == "auto" and not (resources or args.ray_address):
         name, why = auto_backend(device, members)

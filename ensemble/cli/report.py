@@ -9,17 +9,18 @@ import sys
 from pathlib import Path
 
 from ..evaluation import rebuild_report, report_meta
+from ..outputs import write_output
 
 
 def write_html_report(out: str | os.PathLike, summary: list[dict], meta: dict) -> bool:
     """``report.html`` through the visual layer; False (with a warning) when that layer is not installed."""
     try:
-        from visual import write_report
+        from visual import report_document
     except ImportError as exc:
         print(f"warning: report.html not written: the visual package is not available ({exc}).", file=sys.stderr)
         return False
     title = f"Ensemble Lens evaluation: {Path(meta.get('data', {}).get('path', 'data')).name}, {meta.get('selected', '?')} questions"
-    write_report([dict(r) for r in summary], Path(out) / "report.html", title, report_meta(meta))
+    write_output(Path(out) / "report.html", report_document([dict(r) for r in summary], title, report_meta(meta)))
     return True
 
 

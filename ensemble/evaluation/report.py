@@ -7,6 +7,7 @@ import csv
 import os
 from pathlib import Path
 
+from ..outputs import atomic_output, write_output
 from .data import INSTRUCTION
 from .summary import SUMMARY_FIELDS, segment_summary
 
@@ -15,11 +16,11 @@ def write_summary(out: str | os.PathLike, summary: list[dict], meta: dict, rows:
     """``summary.csv`` (machine-readable, see :func:`load_summary`) and ``summary.md`` (for people; with the rows,
     also a table of segment wins and final weights for SpecEM)."""
     out = Path(out)
-    with open(out / "summary.csv", "w", encoding="utf-8", newline="") as fh:
+    with atomic_output(out / "summary.csv", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=SUMMARY_FIELDS)
         writer.writeheader()
         writer.writerows(summary)
-    (out / "summary.md").write_text(summary_markdown(summary, meta, segment_summary(rows or [])), encoding="utf-8")
+    write_output(out / "summary.md", summary_markdown(summary, meta, segment_summary(rows or [])))
 
 
 def summary_markdown(summary: list[dict], meta: dict, segments: dict[str, dict] | None = None) -> str:

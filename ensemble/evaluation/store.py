@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..errors import EvaluationError
 from ..files import file_lock
+from ..outputs import atomic_output, write_output
 from .scoring import LATER_ROW_FIELDS, ROW_FIELDS, looping
 
 
@@ -116,7 +117,7 @@ def sort_rows(rows: list[dict], methods: list[str]) -> list[dict]:
 
 
 def write_rows_csv(path: str | os.PathLike, rows: list[dict]) -> None:
-    with open(path, "w", encoding="utf-8", newline="") as fh:
+    with atomic_output(path, newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=ROW_FIELDS, extrasaction="ignore")
         writer.writeheader()
         for row in rows:
@@ -151,6 +152,4 @@ def folder_lock(out: Path):
 
 
 def write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
+    write_output(path, json.dumps(data, ensure_ascii=False, indent=1))

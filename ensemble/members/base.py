@@ -227,7 +227,8 @@ def make_backend(
         return LOCAL
     if name != "ray":
         raise EnsembleError(f"Unknown backend {name!r}: use {' or '.join(BACKENDS)}.")
-    key = (name, address, tuple(sorted((resources or {}).items())), threads)
+    # hashable: each member's resources as sorted pairs (a dict per member made this an "unhashable type" crash)
+    key = (name, address, tuple(sorted((m, tuple(sorted(r.items()))) for m, r in (resources or {}).items())), threads)
     with _lock:
         if key not in _shared:
             from .ray_backend import RayBackend
@@ -267,6 +268,8 @@ def parse_resources(text: str | None) -> dict[str, dict[str, float]]:
         for item in spec.split("+"):
             res, colon, amount = item.partition(":")
             res = res.strip()
+            if res.lower() in ("gpu", "cpu"):  # Ray's own counts, however spelt (a custom "CPU" resource is refused)
+                res = res.lower()
             try:
                 value = float(amount) if colon else 1.0
             except ValueError:

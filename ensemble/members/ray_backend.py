@@ -183,6 +183,14 @@ class RemoteModel:
                 self.member.actor.close.remote(self.session)
 
 
+def actor_options(resources: dict, name: str) -> dict:
+    """Ray's ``.options()`` for member ``name``'s actor from ``--member-resources`` (:func:`parse_resources`):
+    CPU and GPU counts as Ray's own arguments, any other name as a custom resource; a member not named asks for
+    none (it shares what is free)."""
+    asked = dict(resources.get(name, {}))
+    return {"num_cpus": asked.pop("num_cpus", 0), "num_gpus": asked.pop("num_gpus", 0), "resources": asked}
+
+
 class RayBackend(Pooled, Backend):
     """One Ray actor per model, started on first use and reused by later runs.
 
@@ -264,9 +272,7 @@ class RayBackend(Pooled, Backend):
             found = self._members.get(key)
             if found is not None and not found.dead:
                 return found
-            asked = dict(self.resources.get(loaded.name, {}))
-            wanted = {"num_cpus": asked.pop("num_cpus", 0), "num_gpus": asked.pop("num_gpus", 0), "resources": asked}
-            actor = _actor_class().options(**wanted).remote(self._how(loaded), self._threads())
+            actor = _actor_class().options(**actor_options(self.resources, loaded.name)).remote(self._how(loaded), self._threads())
             try:
                 info = ray.get(actor.ready.remote())
             except ray.exceptions.RayActorError as exc:

@@ -158,16 +158,26 @@ def resolve(name: str) -> ModelSpec:
     if name in GPU_PRESETS:
         return ModelSpec(name=name, kind="hub", location=GPU_PRESETS[name], description=f"hub preset {GPU_PRESETS[name]}")
     path = Path(name).expanduser()
-    if name and path.is_dir():
+    if name and path.is_dir() and is_model_folder(path):
         return ModelSpec(name=path.name or name, kind="local", location=str(path.resolve()), description=f"local folder {path}")
-    if _HUB_ID.match(name) and not name.startswith((".", "/")):
+    if _HUB_ID.match(name) and not name.startswith((".", "/", "~")) and not path.exists():
         return ModelSpec(name=name, kind="hub", location=name, description=f"Hugging Face model {name}")
     shown = name if len(name) <= 80 else name[:77] + "..."
     raise UnknownModelError(
         f"Unknown model {shown!r}. Known models: {', '.join(EMBEDDED)} (embedded), "
         f"{', '.join(GPU_PRESETS)} (hub presets for a GPU); or give a Hugging Face model id such as "
-        "'HuggingFaceTB/SmolLM2-135M-Instruct', or the path of a local model folder."
+        "'HuggingFaceTB/SmolLM2-135M-Instruct', or the path of a local model folder (one holding config.json or a "
+        ".gguf file)."
     )
+
+
+def is_model_folder(path: Path) -> bool:
+    """A folder either runtime can load: transformers' ``config.json`` or a llama.cpp ``.gguf`` file in it. Any
+    other folder (``/etc``, a home directory) is refused with the one-line "Unknown model", as the app does."""
+    try:
+        return (path / "config.json").is_file() or any(p.is_file() for p in path.glob("*.gguf"))
+    except OSError:
+        return False
 
 
 def missing_packages(spec: ModelSpec) -> list[str]:

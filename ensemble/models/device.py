@@ -6,6 +6,20 @@ import re
 
 from ..errors import ModelLoadError
 
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+"""Every ``--dtype`` (and ``ModelPool(dtype=)``) there is: auto picks bfloat16 on a GPU or a CPU with native
+bfloat16, else float32. llama.cpp members keep their GGUF's own types, but a name outside these is refused there too."""
+
+
+def check_dtype(dtype: str | None) -> str:
+    """``dtype`` when it is one of :data:`DTYPES` (``None`` and "" mean auto), else one line saying which are."""
+    if dtype in (None, ""):
+        return "auto"
+    if dtype not in DTYPES:
+        shown = dtype if isinstance(dtype, str) and len(dtype) <= 40 else repr(dtype)[:40]
+        raise ModelLoadError(f"Unknown dtype {shown!r}: use {', '.join(DTYPES)}.")
+    return dtype
+
 
 def resolve_device(device: str) -> tuple[str, dict]:
     """A device string ("cpu", "cuda:N", "auto") as from_pretrained arguments."""
@@ -41,12 +55,10 @@ def resolve_dtype(dtype: str, device: str):
     import torch
 
     table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    if dtype in (None, "", "auto"):
+    if check_dtype(dtype) == "auto":
         if device != "cpu":
             return torch.bfloat16
         # On CPUs with native bfloat16 (AVX512-BF16, AMX) bfloat16 runs these models 2-4x faster than
         # float32 (the output layer of a 262k vocabulary most of all); elsewhere float32 is faster.
         return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
-    if dtype not in table:
-        raise ModelLoadError(f"Unknown dtype {dtype!r}: use auto, float32, bfloat16 or float16.")
     return table[dtype]

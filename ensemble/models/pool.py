@@ -8,6 +8,7 @@ from collections import OrderedDict
 
 from ..keys import KeyTable
 from .catalogue import EMBEDDED, GPU_PRESETS, Progress, quiet_progress, resolve
+from .device import check_dtype
 from .loading import LoadedModel, load, load_tokenizer
 from .runtimes import check_runtime, pick_runtime, split_runtime
 
@@ -46,7 +47,7 @@ class ModelPool:
     ):
         from ..members import make_backend
 
-        self.device, self.dtype = device, dtype
+        self.device, self.dtype = device, check_dtype(dtype)
         # transformers | llamacpp | auto (per model, models/runtimes.py); a name's own "@runtime" wins
         self.runtime = check_runtime(runtime)
         # where members compute: "local" (this process), "ray" (one actor per model), or a Backend
