@@ -23,6 +23,7 @@ from ..bench import (
 from ..bench_report import format_report
 from ..errors import SettingsError
 from ..models import DEFAULT_ENSEMBLE
+from ..models.device import resolve_device
 from ..settings import Settings
 from .options import add_dtype_option
 
@@ -69,21 +70,33 @@ def first_runtime(args) -> str:
 
 def cmd_bench(args) -> int:
     names = [n.strip() for n in args.models.split(",") if n.strip()]
-    Settings(max_new_tokens=args.max_new_tokens, lookahead=args.lookahead).validate("safe", names)
+    for flag, value, lo in (("--prompts", args.prompts, 1), ("--repeat", args.repeat, 1), ("--limit", args.limit, 1),
+                            ("--reasoning-tokens", args.reasoning_tokens, 1), ("--specem-long", args.specem_long, 1)):
+        if value < lo:
+            raise SettingsError(f"{flag} must be at least {lo}; got {value}.")
+    if args.member_threads is not None and args.member_threads < 1:
+        raise SettingsError("--member-threads must be at least 1.")
+    resolve_device(args.device)
+    runtime_names(args)  # a bad --runtimes is refused before anything loads
+    Settings(max_new_tokens=args.max_new_tokens, lookahead=args.lookahead, seed=args.seed).validate("safe", names)
     sections = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in sections if s not in SECTIONS]
     if unknown:
         raise SettingsError(f"Unknown bench section(s) {unknown}; choose from {', '.join(SECTIONS)}.")
+    from ..members import BACKENDS
+
+    chosen_backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    for name in chosen_backends if "backends" in sections else []:
+        if name not in BACKENDS:
+            raise SettingsError(f"Unknown backend {name!r} in --backends; choose from {', '.join(BACKENDS)}.")
     prompts = PROMPTS[: max(1, min(args.prompts, len(PROMPTS)))]
     wants_data = bool({"reasoning", "backends", "runtimes"} & set(sections))
     data, reasoning = reasoning_prompts(args.data, args.limit, args.seed) if wants_data else (None, [])
     backends = {}
     if "backends" in sections:
-        from ..members import BACKENDS, make_backend
+        from ..members import make_backend
 
-        for name in [b.strip() for b in args.backends.split(",") if b.strip()]:
-            if name not in BACKENDS:
-                raise SettingsError(f"Unknown backend {name!r} in --backends; choose from {', '.join(BACKENDS)}.")
+        for name in chosen_backends:
             backends[name] = make_backend(name, threads=args.member_threads)
     import torch
 

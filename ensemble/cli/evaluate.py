@@ -11,6 +11,7 @@ from ..errors import EvaluationError, UnknownModelError
 from ..evaluation import SPEC_HELP, EvalConfig, check_compatible, load_questions, parse_methods, run_evaluation, select_questions
 from ..files import file_sha256
 from ..models import DEFAULT_ENSEMBLE, ModelPool, resolve
+from ..models.device import resolve_device
 from ..models.runtimes import split_runtime
 from ..outputs import check_output_folder
 from .common import models_arg
@@ -51,6 +52,7 @@ def _command_line() -> str:
 
 def cmd_evaluate(args) -> int:
     specs = parse_methods(args.methods)
+    resolve_device(args.device)  # cuda:1 on a machine with one GPU is refused before any question runs
     settings = settings_from_args(args)
     arguments = {k: v for k, v in vars(args).items() if k != "func"}
     config = EvalConfig(
@@ -64,10 +66,10 @@ def cmd_evaluate(args) -> int:
         except UnknownModelError as exc:
             where = f"single:{name}" if name not in config.models else "--models"
             raise EvaluationError(f"{where}: {exc}") from exc
-    questions = load_questions(config.data)
-    check_compatible(config.out, config.fingerprint(file_sha256(config.data)))
     ensembles = [len(s.model_names(config.models)) for s in specs if s.method != "single"]
     backend = backend_from_args(args, members=max(ensembles, default=1))
+    questions = load_questions(config.data)
+    check_compatible(config.out, config.fingerprint(file_sha256(config.data)))
     # the single:NAME baseline runs in process, so its weights are loaded here too
     pool = ModelPool(device=args.device, dtype=args.dtype, backend=backend, runtime=args.runtime, weights=True if any(s.method == "single" for s in specs) else None)
     loaded = {name: pool.get(name) for name in config.model_names()}

@@ -11,6 +11,7 @@ import json
 import sys
 
 from ..fork import DRAFTER_ALONE, FORK_METHODS, member_names
+from ..models.device import resolve_device
 from ..outputs import check_distinct_outputs, check_output_file, write_output
 from .common import read_bytes, write_document
 from .options import add_runtime_option
@@ -44,6 +45,7 @@ def cmd_fork(args) -> int:
     settings.validate(method, unique_labels(names))  # the run names a second copy qwen#2, as the trace did
     for name in names:
         resolve(name)
+    resolve_device(args.device)
     check_distinct_outputs(out=args.out, html=args.html)
     for path in (args.out, args.html):
         if path:

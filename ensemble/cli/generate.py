@@ -9,6 +9,7 @@ import threading
 
 from ..errors import MemberDied, OutputError, SettingsError
 from ..models import DEFAULT_ENSEMBLE, resolve
+from ..models.device import resolve_device
 from ..models.runtimes import split_runtime
 from ..outputs import check_distinct_outputs, check_output_file, write_output
 from .common import models_arg, read_text, write_document
@@ -60,6 +61,7 @@ def cmd_generate(args) -> int:
     settings.validate(args.method, bases)
     for name in bases:
         resolve(name)
+    resolve_device(args.device)  # a device this machine lacks is refused now, not after the other flags' checks
     check_distinct_outputs(out=args.out, html=args.html)
     for path in (args.out, args.html):
         if path:

@@ -40,6 +40,9 @@ def file_crc32(path: Path) -> str:
     return f"{crc:08x}"
 
 
+NOT_PREPARED = "is not prepared yet"
+"""What :func:`verify_manifest` says of a folder never prepared (not damaged: nothing to check)."""
+
 VERIFIED = "verified.json"
 """Beside the manifest: each file's (size, mtime, ctime, inode) when it last passed the full check."""
 
@@ -88,7 +91,7 @@ def verify_manifest(folder: Path, full: bool | str = False) -> str | None:
     """
     manifest_path = folder / "manifest.json"
     if not manifest_path.exists():
-        return "is not prepared yet"
+        return NOT_PREPARED
     try:
         manifest = json.loads(manifest_path.read_text())
         files = manifest["files"]
