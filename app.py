@@ -119,6 +119,7 @@ def run_stream(prompt, method, model_names, drafter, settings_values: dict, requ
     session = SESSIONS.get(_session(request))
     cancel = session["cancel"]
     cancel.clear()
+    session["shown"] = None  # how many tokens the browser's strip held when Stop was clicked (stop_run_at)
     # Every yield sends the whole view; Gradio diffs it against the last one, so unchanged outputs cost
     # nothing and the strip, which only ever grows, goes out as an "append" of its new tokens.
     view = RunView(strip="", status=visual.status_html("Loading models…"), legend="", stats="", token_table=None,
@@ -152,7 +153,11 @@ def run_stream(prompt, method, model_names, drafter, settings_values: dict, requ
         kind = "" if isinstance(exc, EnsembleError) else f"The run failed: {type(exc).__name__}: "
         yield view._replace(status=visual.status_html(f"⚠️ {kind}{exc}. Other runs are not affected." if kind else f"⚠️ {exc}"))
         return
-    if pending:
+    if cancel.is_set():  # Stop: the strip and the trace stay as they were at the click
+        job.withdraw(visual.records_drawn(job.trace.tokens, session["shown"]) if session["shown"] is not None
+                     else len(job.trace.tokens) - len(pending))
+        view = view._replace(strip=visual.strip_html(job.trace))
+    elif pending:
         view = view._replace(strip=view.strip + builder.add(pending, job.run.text))
     trace = job.trace
     # Keep the trace, drop the run: its adapters hold every model's KV cache.
@@ -178,6 +183,8 @@ def _stream_tokens(job: EnsembleRun, view: RunView, running: str, builder: visua
         elif isinstance(event, RoundEvent):
             view = view._replace(status=running)
         now = time.perf_counter()
+        if job.run.cancel.is_set():
+            continue  # Stop was clicked: nothing more goes to the strip (the run ends at its next check)
         if pending and (now - last >= STREAM_INTERVAL or isinstance(event, RoundEvent)):
             view = view._replace(strip=view.strip + builder.add(pending, job.run.text))
             pending.clear()
@@ -215,6 +222,15 @@ def stop_run(request: gr.Request):
         return visual.status_html("Nothing is running: Stop ends a run, a comparison or a fork while it streams.")
     session["cancel"].set()
     return visual.status_html("Stopping…")
+
+
+def stop_run_at(shown, request: gr.Request):
+    """The Run tab's Stop: ``shown`` is how many tokens the browser's strip held at the click (counted by the
+    button's ``js``, :data:`ui.tabs.STRIP_COUNT_JS`); the run keeps exactly those."""
+    session = SESSIONS.get(_session(request))
+    if session["busy"] and isinstance(shown, int | float) and 0 <= shown < 10**7:
+        session["shown"] = int(shown)
+    return stop_run(request)
 
 
 def filter_tokens(decision, request: gr.Request):
@@ -582,7 +598,8 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
     run.prompt.submit(on_run, inputs=inputs, outputs=run_outputs, concurrency_id="engine", api_visibility="private")
     # Stop sets the session's flag (outside the queue, so it runs at once); the engine checks it before every
     # forward pass and ends the run cleanly, so the partial trace stays complete and the worker is free.
-    run.stop_button.click(stop_run, outputs=[run.status], queue=False, api_visibility="private")
+    run.stop_button.click(stop_run_at, inputs=[run.strip_count], outputs=[run.status], queue=False, js=tabs.STRIP_COUNT_JS,
+                          api_visibility="private")
 
     def on_click(request: gr.Request, evt: gr.EventData):
         view = inspect_latest(request, evt)

@@ -129,7 +129,11 @@ class RunTab:
     stats: gr.HTML
     token_table: gr.Dataframe
     token_filter: gr.Dropdown
+    strip_count: gr.Number | None = None  # filled by STRIP_COUNT_JS as Stop is clicked
 
+
+STRIP_COUNT_JS = "(shown) => document.querySelectorAll('#strip .el-tok').length"
+"""Run before Stop's handler, in the browser: how many tokens the strip holds at the click (the run keeps those)."""
 
 RUNTIME_INFO = ("What computes the models: transformers (float weights, any model) or llama.cpp (the GGUF files as "
                 "shipped, faster on a CPU); auto picks llama.cpp for the embedded models on a CPU.")
@@ -158,6 +162,7 @@ def build_run_tab(model_choices: list[str], runtimes: list[str] = ("auto",), run
     with gr.Row():
         run_button = gr.Button("Run", variant="primary", elem_id="run-button", scale=3)
         stop_button = gr.Button("Stop", variant="stop", elem_id="stop-button", scale=2)
+        strip_count = gr.Number(value=0, visible=False, precision=0, elem_id="strip-count")
         link_button = gr.Button("🔗 Copy link", elem_id="link-button", scale=1)
     link_box = gr.Textbox(label="Link to this prompt, method, models, settings and token (copied)", visible=False,
                           interactive=False, elem_id="link-box", buttons=["copy"])
@@ -203,7 +208,7 @@ def build_run_tab(model_choices: list[str], runtimes: list[str] = ("auto",), run
     return RunTab(prompt, method, model_box, drafter, runtime_radio, controls, examples_box, examples.dataset, run_button,
                   stop_button, link_button, link_box, status, legend, strip, explanation, tokenization, charts_hint, topk_plot, fusion_plot,
                   record_json, fork_method, fork_button, fork_view, specem_view, rounds, round_slider, heatmap, weights_plot,
-                  weights_note, stats, token_table, token_filter)
+                  weights_note, stats, token_table, token_filter, strip_count)
 
 
 @dataclass

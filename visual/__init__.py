@@ -15,7 +15,16 @@ from .report import report_document, results_figures, results_html, write_report
 from .specem import rounds_html, score_heatmap, weights_figure, weights_note
 from .splits import tokenization_html
 from .stats import compare_figure, compare_frame, stats_frame, stats_html, token_filter_choices, token_frame, tokens_csv
-from .strip import StripBuilder, compare_html, compare_label, first_divergence, kept_html, strip_html, token_groups
+from .strip import (
+    StripBuilder,
+    compare_html,
+    compare_label,
+    first_divergence,
+    kept_html,
+    records_drawn,
+    strip_html,
+    token_groups,
+)
 from .style import CSS, DECISION_LABELS, legend_html
 from .tokenizers import MISMATCH_EXPLAINER, tokenizer_counts_frame, tokenizers_html
 
@@ -42,6 +51,7 @@ __all__ = [
     "inspector_json",
     "kept_html",
     "legend_html",
+    "records_drawn",
     "report_document",
     "results_figures",
     "results_html",

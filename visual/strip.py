@@ -159,6 +159,21 @@ def strip_html(trace: RunTrace, show_whitespace: bool = True) -> str:
     return kept_html(trace, show_whitespace) + StripBuilder(trace.method, trace.models, show_whitespace).add(trace.tokens, trace.text)
 
 
+def records_drawn(records, elements: int) -> int:
+    """How many of ``records`` the first ``elements`` tokens of a strip draw (the byte tokens of one character
+    are drawn as one, :class:`StripBuilder`): what a viewer who counted ``elements`` had on screen."""
+    drawn, last = 0, None
+    for i, record in enumerate(records):
+        span = (record.start, record.end)
+        if record.start < record.end and span == last:
+            continue
+        if drawn == elements:
+            return i
+        drawn += 1
+        last = span if record.start < record.end else last
+    return len(records)
+
+
 def first_divergence(texts: list[str]) -> int | None:
     """The first character where the texts are not all equal (None when they are, or there is one)."""
     if len(texts) < 2 or all(t == texts[0] for t in texts):

@@ -80,6 +80,13 @@ class EnsembleRun:
         self.trace: RunTrace = self.run.trace
         self.backend.assign(method, self.adapters, None if method == "specem" else self.run.lead)
 
+    def withdraw(self, count: int) -> None:
+        """After a Stop: keep the first ``count`` tokens, the ones its viewer showed at the click, and finish
+        the trace again (the app passes the strip's count, so nothing committed after the click shows)."""
+        if self.trace.stats.stop_reason == "cancelled" and count < len(self.trace.tokens):
+            self.run.withdraw(count)
+            self.trace = self.run.finish("cancelled")
+
     def events(self) -> Iterator[TokenEvent | RoundEvent | StatusEvent]:
         run = self.run
         reason = "budget"
@@ -88,6 +95,7 @@ class EnsembleRun:
                 reason = yield from RUNNERS[self.method](run, recompute_context=self.recompute_context)
             except Cancelled:
                 reason = "cancelled"
+                run.withdraw(run.released())  # records held back (a stop string might have cut them) never stream
             except KeyboardInterrupt:  # Ctrl-C (or SIGTERM in the CLI) inside a step: the trace ends as a Stop's does
                 self.trace = run.finish("cancelled")
                 raise

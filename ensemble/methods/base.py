@@ -157,6 +157,7 @@ class Run:
             if kept:  # a fork (ensemble.fork): the response so far is the run's kept text, tokenized afresh
                 adapter.sync(kept)
         self.text = kept
+        self._base = len(kept)  # the response's start (a fork's kept text is not the run's)
 
     @property
     def lead(self) -> ModelAdapter:
@@ -221,7 +222,14 @@ class Run:
         topk: list | None = None,
     ) -> TokenRecord:
         """Record one accepted token; ``piece`` is the text it adds to the response (may be "" for a byte
-        token whose character is not finished; ``span`` then gives the character it belongs to)."""
+        token whose character is not finished; ``span`` then gives the character it belongs to). Once Stop was
+        pressed nothing is recorded: a pass that finishes after the click is discarded (:class:`Cancelled`)."""
+        self.check_cancel()
+        return self._record(piece, key, model, decision, span=span, condition=condition, round_index=round_index,
+                            details=details, fusion=fusion, topk=topk)
+
+    def _record(self, piece: str, key: str, model: str, decision: Decision, *, span=None, condition=None,
+                round_index=None, details=None, fusion=None, topk=None) -> TokenRecord:
         start = len(self.text)
         self.text += piece
         if span is None:
@@ -251,8 +259,10 @@ class Run:
         """Record the adapter's response tokens from index ``first`` on (the adapter spells the response).
 
         Byte tokens that split one character are held until the character is complete; then every one of
-        them is recorded with that character's span, so a character is never split in the trace.
+        them is recorded with that character's span, so a character is never split in the trace. Stop is checked
+        once, before the first: a commit is whole or, after the click, nothing.
         """
+        self.check_cancel()
         for i in range(first, len(adapter.ids) if upto is None else upto):
             key = adapter.keys.key(adapter.ids[i])
             end = adapter.token_end(i)
@@ -261,9 +271,9 @@ class Run:
                 continue
             start = len(self.text)
             for held_key, model, held_decision, held_kwargs in self._partial:
-                self.add("", held_key, model, held_decision, span=(start, end), **held_kwargs)
+                self._record("", held_key, model, held_decision, span=(start, end), **held_kwargs)
             self._partial = []
-            self.add(adapter.text[start:end], key, adapter.name, decision, span=(start, end), **kwargs)
+            self._record(adapter.text[start:end], key, adapter.name, decision, span=(start, end), **kwargs)
 
     def check_stop(self) -> bool:
         """Cut the response at a stop string if one appeared; True when the run must end."""
@@ -286,6 +296,24 @@ class Run:
         while self._held and self._held[0].end <= safe:
             out.append(TokenEvent(self._held.pop(0)))
         return out
+
+    def withdraw(self, count: int) -> None:
+        """Keep only the first ``count`` records (what was shown when Stop was pressed): the text ends where the
+        last kept one ends, and the rounds that began after it go too. Records not released yet are dropped."""
+        count = max(0, count)
+        if count < len(self.trace.tokens):
+            kept = self.trace.tokens[:count]
+            while kept and kept[-1].start < kept[-1].end and len(kept) < len(self.trace.tokens) and \
+                    (self.trace.tokens[len(kept)].start, self.trace.tokens[len(kept)].end) == (kept[-1].start, kept[-1].end):
+                kept.append(self.trace.tokens[len(kept)])  # the other byte tokens of a character shown whole
+            end = max([self._base, *(t.end for t in kept)])
+            self.trace.tokens, self.text = kept, self.text[:end]
+            self.trace.rounds = [r for r in self.trace.rounds if r.start < end or not r.accepted_text]
+        self._held = [r for r in self._held if r.index < len(self.trace.tokens)]
+
+    def released(self) -> int:
+        """How many records were released to the stream (the rest wait for a stop string to be ruled out)."""
+        return len(self.trace.tokens) - len(self._held)
 
     def release_all(self) -> list[TokenEvent]:
         out = [TokenEvent(r) for r in self._held]
