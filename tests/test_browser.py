@@ -382,18 +382,20 @@ def test_markdown_payloads_in_compare_and_results_tabs(page, tmp_path):
         _assert_nothing_from_the_attacker(page, requests)
 
 
-def test_specem_stop_commits_nothing_after_the_click(page):
-    """Stop pressed while a SpecEM round is drafting: the strip holds exactly the tokens it held at the click."""
+@pytest.mark.parametrize("phase", ["drafting", "verifying"])
+def test_specem_stop_commits_nothing_after_the_click(page, phase):
+    """Stop pressed while a SpecEM round is drafting or verifying: the strip holds exactly the tokens it held at the
+    click (a round that finishes after it, or a view already on its way, adds nothing)."""
     run(page, "Write a long story about a journey from Sofia to Plovdiv.", "SpecEM", ["qwen", "smollm2", "gemma3"],
         tokens=300)
     page.wait_for_selector("#strip .el-tok")
-    # Click Stop the moment the status says a later round is drafting, counting the strip in the same instant.
+    # Click Stop the moment the status says a later round is drafting (verifying), counting the strip in that instant.
     at_click = page.evaluate(
-        """() => new Promise((resolve) => {
+        """(phase) => new Promise((resolve) => {
             const check = () => {
                 const status = document.querySelector('#status')?.innerText || '';
                 const count = document.querySelectorAll('#strip .el-tok').length;
-                if (count > 0 && /Round [1-9]\\d*: .*drafting/.test(status)) {
+                if (count > 0 && new RegExp('Round [1-9]\\\\d*: .*' + phase).test(status)) {
                     document.querySelector('#stop-button').click();
                     resolve(count);
                 } else {
@@ -401,7 +403,8 @@ def test_specem_stop_commits_nothing_after_the_click(page):
                 }
             };
             check();
-        })"""
+        })""",
+        phase,
     )
     page.wait_for_function("() => (document.querySelector('#status')?.innerText || '').includes('Stopped')")
     page.wait_for_timeout(1000)
