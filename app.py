@@ -19,7 +19,7 @@ import gradio as gr
 import visual
 from ensemble.access import offered_members
 from ensemble.align import compare
-from ensemble.errors import EnsembleError, InputError, TraceFormatError
+from ensemble.errors import EnsembleError, InputError, MemberDied, TraceFormatError
 from ensemble.fork import DRAFTER_ALONE, member_names, run_fork
 from ensemble.members import backend_from_env, close_backends, interrupt_on_sigterm
 from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
@@ -151,7 +151,8 @@ def run_stream(prompt, method, model_names, drafter, settings_values: dict, requ
         if pending:  # what was committed before the failure goes on the strip too
             view = view._replace(strip=view.strip + builder.add(pending, job.run.text))
         kind = "" if isinstance(exc, EnsembleError) else f"The run failed: {type(exc).__name__}: "
-        yield view._replace(status=visual.status_html(f"⚠️ {kind}{exc}. Other runs are not affected." if kind else f"⚠️ {exc}"))
+        # every view of the partial trace (its stats, table, rounds), the failure in the status line
+        yield _final_views(job.trace, view.strip, f"⚠️ {kind}{exc}. Other runs are not affected." if kind else f"⚠️ {exc}")
         return
     if cancel.is_set():  # Stop: the strip and the trace stay as they were at the click
         job.withdraw(visual.records_drawn(job.trace.tokens, session["shown"]) if session["shown"] is not None
@@ -472,6 +473,7 @@ def run_ensemble(prompt: str, method: str = "safe", models: str = ",".join(DEFAU
         models: comma-separated model names (embedded: qwen, smollm2, gemma3; or hub ids / local folders).
         settings: engine options as a JSON object, e.g. {"max_new_tokens": 64, "lookahead": 5, "fusion": "gac"}.
     """
+    job = None
     try:
         if isinstance(settings, str):
             settings = json.loads(settings or "{}")
@@ -484,6 +486,10 @@ def run_ensemble(prompt: str, method: str = "safe", models: str = ",".join(DEFAU
         job = EnsembleRun(models := load_models(names), prompt, method, config, backend=_backend_for(models))
         for _ in job.events():
             pass
+    except MemberDied as exc:  # the trace so far, as the browser keeps it: stop_reason "member_failed", error says who
+        if job is None:
+            raise gr.Error(str(exc)) from exc
+        return job.trace.to_dict()
     except (EnsembleError, ValueError) as exc:
         raise gr.Error(str(exc)) from exc
     except Exception as exc:

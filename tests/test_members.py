@@ -164,7 +164,7 @@ def test_a_killed_member_fails_the_run_clearly_and_the_next_run_restarts_it(ray_
         for i, _ in enumerate(job.events()):
             if i == 4:
                 os.kill(victim, signal.SIGKILL)
-    assert job.trace.stats.stop_reason == "error" and "stopped during the run" in job.trace.error
+    assert job.trace.stats.stop_reason == "member_failed" and "stopped during the run" in job.trace.error
     assert job.trace.stats.generated_tokens >= 4  # the trace so far is kept
     again = generate(members, PROMPT, "unite", Settings(max_new_tokens=8, stop_strings=[]), backend=ray_backend)
     assert again.error is None and ray_backend.member_info()[members[1].name]["pid"] != victim
@@ -400,7 +400,7 @@ def test_the_cli_on_ray_says_which_member_died_keeps_the_trace_and_leaves_no_pro
     assert proc.returncode == 1, stderr
     assert f"error: Member smollm2's process (pid {victim}) stopped during the run. The trace so far is kept" in stderr
     trace = json.loads(out.read_text())
-    assert trace["stats"]["stop_reason"] == "error" and len(trace["tokens"]) >= 10
+    assert trace["stats"]["stop_reason"] == "member_failed" and len(trace["tokens"]) >= 10
     assert "".join(proc.printed).startswith(trace["text"])  # what it printed is the trace's text
 
     proc, out = _cli_on_ray(tmp_path, "stopped")

@@ -96,3 +96,42 @@ def test_the_apps_strip_and_trace_stay_as_the_browser_showed_them_at_the_click(t
     assert views[-1].strip.count('class="el-tok') == counted
     assert len(trace.tokens) == trace.stats.generated_tokens == app.visual.records_drawn(trace.tokens, counted)
     assert "Stopped after" in views[-1].status
+
+
+# -- a member that dies mid-run: the partial trace reaches API callers, the views keep their stats ---------------
+@pytest.fixture
+def dying_member(tiny, monkeypatch):
+    """The app on the tiny models; smollm2's process "dies" (MemberDied, as the Ray backend raises it) at its
+    12th forward pass."""
+    import app
+    from ensemble.errors import MemberDied
+
+    monkeypatch.setattr(app, "load_models", lambda names, progress=None: [tiny[n] for n in names])
+    passes = [0]
+
+    def die(module, args):
+        passes[0] += 1
+        if passes[0] == 12:
+            raise MemberDied("smollm2", 4242)
+
+    hook = tiny["smollm2"].model.register_forward_pre_hook(die)
+    yield app
+    hook.remove()
+
+
+def test_an_api_caller_gets_the_partial_trace_of_a_member_that_died(dying_member):
+    trace = dying_member.run_ensemble(PROMPT, "unite", "qwen,smollm2", {"max_new_tokens": 40})
+    assert trace["stats"]["stop_reason"] == "member_failed"
+    assert "Member smollm2's process (pid 4242) stopped during the run" in trace["error"]
+    assert 0 < len(trace["tokens"]) < 40 and trace["stats"]["generated_tokens"] == len(trace["tokens"])
+
+
+def test_the_views_keep_their_stats_after_a_member_died(dying_member):
+    app = dying_member
+    values = dict(max_new_tokens=40, temperature=0.0, top_p=1.0, seed=0, top_k=10, sharpen="auto", sharpen_lambda=0.1,
+                  gac_gate=0.0, lookahead=3, fusion="unite", segment_len=3, eta=0.5, scoring="logprob")
+    views = list(app.run_stream(PROMPT, "unite", ["qwen", "smollm2"], None, values, request=Request(),
+                                progress=lambda *a, **k: None))
+    final = views[-1]
+    assert "stopped during the run" in final.status
+    assert "member_failed" in final.stats and final.token_table is not None and len(final.token_table) > 0

@@ -100,7 +100,10 @@ class EnsembleRun:
                 self.trace = run.finish("cancelled")
                 raise
             except Exception as exc:
-                run.finish("error", error=str(exc) if isinstance(exc, MemberDied) else f"{type(exc).__name__}: {exc}")
+                if isinstance(exc, MemberDied):  # the trace so far is whole: it says which member stopped
+                    run.finish("member_failed", error=str(exc))
+                else:
+                    run.finish("error", error=f"{type(exc).__name__}: {exc}")
                 yield from run.release_all()
                 raise
             self.trace = run.finish(reason or "budget")
