@@ -115,6 +115,9 @@ def test_engine_flags_reach_the_settings(command, argv, field, value):
           "--member-resources", "gemma3=cpu:1"],
          "--member-resources names gemma3, not a model of this run"),
         (["generate", "--models", "/etc", "--method", "single", "--prompt", "hi"], "Unknown model '/etc'"),
+        (["bench", "--models", "qwen", "--only", "methods"], "give --models at least two models"),
+        (["fork", "{tmp}/q.jsonl", "--at", "1", "--method", "single"], "Give a trace saved by `generate --out FILE.json`"),
+        (["generate", "--prompt-file", "{tmp}/missing.txt"], "No such file or directory; check the file name"),
     ],
 )
 def test_a_bad_flag_value_is_one_line_before_any_model_loads(capsys, monkeypatch, tmp_path, argv, message):

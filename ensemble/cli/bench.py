@@ -83,6 +83,10 @@ def cmd_bench(args) -> int:
     unknown = [s for s in sections if s not in SECTIONS]
     if unknown:
         raise SettingsError(f"Unknown bench section(s) {unknown}; choose from {', '.join(SECTIONS)}.")
+    ensemble_only = [s for s in sections if s in ("methods", "reasoning", "specem", "backends", "runtimes")]
+    if ensemble_only and len(names) < 2:
+        raise SettingsError(f"The section(s) {', '.join(ensemble_only)} compare ensembles: give --models at least two "
+                            "models, e.g. --models qwen,smollm2.")
     from ..members import BACKENDS
 
     chosen_backends = [b.strip() for b in args.backends.split(",") if b.strip()]

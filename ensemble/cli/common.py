@@ -17,7 +17,7 @@ def read_text(path: str, errors: str) -> str:
         with open(path, encoding="utf-8", errors=errors) as fh:
             return fh.read()
     except OSError as exc:
-        raise SettingsError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+        raise SettingsError(f"Cannot read {path}: {exc.strerror or exc}; check the file name.") from exc
 
 
 def read_bytes(path: str, limit: int = 64 * 1024 * 1024) -> bytes:
@@ -26,7 +26,7 @@ def read_bytes(path: str, limit: int = 64 * 1024 * 1024) -> bytes:
         with open(path, "rb") as fh:
             return fh.read(limit)
     except OSError as exc:
-        raise SettingsError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+        raise SettingsError(f"Cannot read {path}: {exc.strerror or exc}; check the file name.") from exc
 
 
 def write_document(path: str, view: str, *args) -> None:

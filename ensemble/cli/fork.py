@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 
+from ..errors import TraceFormatError
 from ..fork import DRAFTER_ALONE, FORK_METHODS, member_names
 from ..models.device import resolve_device
 from ..outputs import check_distinct_outputs, check_output_file, write_output
@@ -37,7 +38,11 @@ def cmd_fork(args) -> int:
     from ..models import ModelPool, resolve
     from ..trace import RunTrace, unique_labels
 
-    trace = RunTrace.from_json(read_bytes(args.trace))
+    try:
+        trace = RunTrace.from_json(read_bytes(args.trace))
+    except TraceFormatError as exc:
+        raise TraceFormatError(f"{args.trace}: {str(exc).rstrip('.')}. Give a trace saved by `generate --out FILE.json` or the app's "
+                               "download.") from exc
     at, _ = fork_point(trace, args.at)
     settings = fork_settings(trace, args.method, at, max_new_tokens=args.max_new_tokens)
     names = member_names(trace, args.method)

@@ -45,13 +45,15 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except OSError as exc:  # the file system refused something after the checks (disk full, a folder removed)
-        where = f" ({exc.filename})" if exc.filename else ""
-        print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
+        where = f" with {exc.filename}" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}; check that the path exists, is yours to use and its disk has room, "
+              "then run the command again.", file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - the CLI never shows a bare traceback unless asked
         if args.debug:
             traceback.print_exc()
-        print(f"error: unexpected {type(exc).__name__}: {exc} (run with --debug for details)", file=sys.stderr)
+        print(f"error: unexpected {type(exc).__name__}: {exc}. This is a bug in Ensemble Lens, not in your input: run "
+              "the command again with --debug and report the traceback it shows.", file=sys.stderr)
         return 1
     finally:
         close_backends()  # member processes end with the command, however it ends
