@@ -130,6 +130,9 @@ def test_operator_opt_ins_widen_the_offer(monkeypatch, tmp_path):
     with pytest.raises(Exception, match="Unknown model"):
         app._models(str(tmp_path))
     monkeypatch.setenv("ENSEMBLE_LENS_ALLOW_PATHS", "1")
+    with pytest.raises(Exception, match="Unknown model"):  # a folder, but not a model folder
+        app._models(str(tmp_path))
+    (tmp_path / "config.json").write_text("{}")
     assert app._models(str(tmp_path)) == [str(tmp_path)]
 
 
@@ -162,5 +165,6 @@ def test_one_folder_named_two_ways_is_one_pool_entry(tiny, monkeypatch, tmp_path
 
     monkeypatch.setattr(pool_module, "load", lambda name, device, dtype, progress=None, weights=True, runtime=None: tiny["smollm2"])
     pool = pool_module.ModelPool()
+    (tmp_path / "config.json").write_text("{}")  # a model folder (any other folder is an "Unknown model")
     assert pool.get(str(tmp_path)) is pool.get(str(tmp_path) + "/.") is pool.get(str(tmp_path) + "/")
     assert len(pool.loaded()) == 1

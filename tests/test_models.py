@@ -24,7 +24,14 @@ def test_unknown_model_lists_the_known_ones():
 def test_names_resolve_to_embedded_hub_and_local(tmp_path):
     assert models.resolve("qwen").kind == "embedded"
     assert models.resolve("HuggingFaceTB/SmolLM2-135M-Instruct").kind == "hub"
+    with pytest.raises(UnknownModelError):  # a folder that no runtime can load, as /etc: the one-line message
+        models.resolve(str(tmp_path))
+    (tmp_path / "config.json").write_text("{}")
     assert models.resolve(str(tmp_path)).kind == "local"
+    gguf_only = tmp_path / "gguf"
+    gguf_only.mkdir()
+    (gguf_only / "m.gguf").write_bytes(b"GGUF")
+    assert models.resolve(str(gguf_only)).kind == "local"
 
 
 def test_missing_package_names_it_and_the_install_command(monkeypatch):
