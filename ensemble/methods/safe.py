@@ -178,11 +178,13 @@ class Safe:
             top_k=settings.top_k,
             sharpen=settings.sharpen_for("safe"),
             lam=settings.sharpen_lambda,
+            scope=settings.sharpen_scope,
             weights=settings.safe_weights(self.drafter.name),
             temperature=settings.temperature,
         )
         self.chooser = Chooser(settings.temperature, settings.top_p, settings.seed)
         self.gate = settings.gac_gate if settings.fusion == "gac" else None
+        self.end_after_kept = settings.after_kept == "end-round"
         # Draft round r+1 while round r verifies: only where members compute at the same time, and greedy (a
         # sampled draft made early would draw from the generator in another order than the sequential run).
         self.pipelined = run.backend.parallel and self.chooser.greedy and bool(self.verifiers)
@@ -267,13 +269,16 @@ class Safe:
 
     # -- 3. Decide -----------------------------------------------------------------------------------------
     def decide(self, draft: Draft, edges: Edges) -> list[Verdict]:
-        """Walk the draft; stop after a replacement or the end of sequence."""
+        """Walk the draft; stop after a replacement, the end of sequence, or (``after_kept="end-round"``) a fused
+        token that keeps the draft."""
         verdicts = []
         for j in range(len(draft.tokens)):
             verdict = self.decide_token(draft, j, edges)
             verdicts.append(verdict)
             if verdict.replace is not None or draft.ends_at(j):
                 break
+            if verdict.decision == Decision.ENSEMBLED_KEPT and self.end_after_kept:
+                break  # Alg. 1 line 10 (i <- j+1): the round ends after any ensembled token; the rest is discarded
         return verdicts
 
     def decide_token(self, draft: Draft, j: int, edges: Edges) -> Verdict:
