@@ -1,4 +1,5 @@
-"""Token-level fusion of next-token distributions from models with different vocabularies.
+"""Token-level fusion of next-token distributions from models with different vocabularies (the rules, their paper
+sections and where the code differs: ``docs/algorithms.md``, section 2).
 
 Two plug-ins meet on keys (the exact text a token appends, see :mod:`ensemble.keys`):
 
