@@ -95,7 +95,9 @@ class Settings:
             the SAFE authors' released code, only keys among the drafter's 10 most probable, and a whitespace-only
             key absorbs only whitespace-only keys; ``vocabulary``: any key of the drafter's vocabulary (§3.3's
             "the drafter's tokens" read literally; this project's reading before issue 30). The default follows
-            the released code and the measurement in docs/results.md ("Sharpening guards and round ends").
+            the released code and the side-by-side run of issue 30, where the literal reading wrote a bare space
+            in place of a drafted word; the 60-question measurement that would confirm it is not finished yet
+            (docs/results.md, "Sharpening guards and round ends").
         gac_gate: GaC's gate (SAFE paper §4.1, kept inside GaC+SAFE in its Table 2): wherever GaC fuses (the
             ``gac`` method, and SAFE with ``fusion="gac"``), fuse only when the main model's top next-token
             probability is below this; otherwise take the main model's token (traced as ``gated``). The main
@@ -104,8 +106,9 @@ class Settings:
         lookahead: SAFE's draft length n.
         fusion: SAFE's fusion plug-in (unite | gac).
         after_kept: SAFE, after a fused token that keeps the draft: ``walk-on`` through the rest of the draft
-            (default) or ``end-round`` and draft again from there (Alg. 1 line 10, i <- j+1). Chosen by
-            measurement (docs/results.md, "Sharpening guards and round ends").
+            (default) or ``end-round`` and draft again from there (Alg. 1 line 10, i <- j+1). walk-on stays the
+            default (it saves a drafter pass and kept the text unchanged in the side-by-side run of issue 30) until
+            the measurement in docs/results.md ("Sharpening guards and round ends") is finished.
         segment_len: SpecEM's segment length L in tokens.
         eta: SpecEM's Hedge step size eta0 (0 turns the online feedback off). Default 4, chosen by measurement
             (docs/results.md, "SpecEM feedback"): on GSM8K answers of 128 tokens the step eta0·sqrt(1/K)/t adds

@@ -15,7 +15,7 @@ token is decided at its left boundary:
 3. **ensemble**: otherwise fuse (UniTE or GaC, with sharpening). With GaC, GaC's own gate comes first (§4.1,
    kept in GaC+SAFE in Table 2): when the drafter's top probability is at least ``gac_gate`` its token is
    accepted (``gated``). The same key: keep walking (``after_kept="walk-on"``, the default) or end the round as
-   Alg. 1 line 10 does (``"end-round"``; chosen by measurement, docs/results.md). Another key: keep the accepted prefix, append the fused
+   Alg. 1 line 10 does (``"end-round"``; docs/algorithms.md, section 4). Another key: keep the accepted prefix, append the fused
    key, discard the rest of the draft, end the round; then the drafter re-tokenizes the response around the
    new text (Alg. 1 re-tokenizes every model, the drafter included), so its next draft conditions on the
    ids a text like this really has, not on its encoding of the key alone.
