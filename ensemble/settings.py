@@ -107,8 +107,8 @@ class Settings:
         fusion: SAFE's fusion plug-in (unite | gac).
         after_kept: SAFE, after a fused token that keeps the draft: ``walk-on`` through the rest of the draft
             (default) or ``end-round`` and draft again from there (Alg. 1 line 10, i <- j+1). walk-on stays the
-            default (it saves a drafter pass and kept the text unchanged in the side-by-side run of issue 30) until
-            the measurement in docs/results.md ("Sharpening guards and round ends") is finished.
+            default: on two GSM8K questions end-round wrote the same text and discarded 2-4x the drafted tokens
+            (docs/results.md, "Sharpening guards and round ends"; the 60-question measurement is not finished).
         segment_len: SpecEM's segment length L in tokens.
         eta: SpecEM's Hedge step size eta0 (0 turns the online feedback off). Default 4, chosen by measurement
             (docs/results.md, "SpecEM feedback"): on GSM8K answers of 128 tokens the step eta0·sqrt(1/K)/t adds
