@@ -1,4 +1,5 @@
-"""Token-level fusion of next-token distributions from models with different vocabularies.
+"""Token-level fusion of next-token distributions from models with different vocabularies (the rules, their paper
+sections and where the code differs: ``docs/algorithms.md``, section 2).
 
 Two plug-ins meet on keys (the exact text a token appends, see :mod:`ensemble.keys`):
 
@@ -15,12 +16,18 @@ Two plug-ins meet on keys (the exact text a token appends, see :mod:`ensemble.ke
 
 Sharpening (SAFE, Yun et al., arXiv 2510.15346, §3.3) runs only when the fused maximum is below 0.5:
 ``heuristic`` applies §3.3's formula P(t_j) <- P(t_j) + sum of P(t_i) over the other candidates t_i that
-start with t_j, for every t_j of *the drafter's vocabulary* whose fused probability exceeds λ (the paper's
-"drafter's tokens": any key the drafter can write, not only its own top choices, since the fused
-probability above λ is what selects them); the sums use the unmodified values (no chaining) and the
-formula adds mass without taking it from the t_i (the paper's wording; only the argmax is used, which an
-absorbed t_i can never win over its absorber). The result is renormalised for display and sampling.
-``geometric`` uses the weighted geometric instead of the arithmetic mean.
+start with t_j, for "the drafter's tokens" t_j whose fused probability exceeds λ. Which keys count as the
+drafter's tokens is the ``scope`` (the setting ``sharpen_scope``; docs/algorithms.md, "Sharpening"):
+
+* ``guarded`` (the default): the guards of the authors' released code. Only keys among the drafter's own 10
+  most probable keys absorb, and a whitespace-only key absorbs only whitespace-only keys ("\\n" takes "\\n\\n",
+  a bare space never takes " trees"): a space that swallowed the words it precedes replaced drafted words with
+  a bare space in a side-by-side run against an independent implementation (issue 30).
+* ``vocabulary``: the paper's words read literally: any key the drafter's vocabulary has, any extension.
+
+The sums use the unmodified values (no chaining) and the formula adds mass without taking it from the t_i (the
+paper's wording; only the argmax is used, which an absorbed t_i can never win over its absorber). The result is
+renormalised for display and sampling. ``geometric`` uses the weighted geometric instead of the arithmetic mean.
 """
 
 from __future__ import annotations
@@ -34,9 +41,12 @@ import torch
 
 from .dist import Dist, FullDist, summary_size
 from .keys import KeyTable, display_key
+from .settings import SHARPEN_SCOPES
 from .trace import FusionRecord
 
 SHARPEN_BELOW = 0.5
+SHARPEN_TOP = 10
+"""Guarded sharpening: only keys among the drafter's this many most probable keys absorb (the released code's k)."""
 
 
 @dataclass
@@ -75,16 +85,27 @@ def _pairs(keys: list[str], probs: torch.Tensor, k: int) -> list[list]:
     return [[display_key(keys[i]), round(v, 6)] for v, i in ranked]
 
 
-def heuristic_sharpen(keys: list[str], probs: torch.Tensor, drafter_keys, lam: float) -> torch.Tensor:
+def is_blank(key: str) -> bool:
+    """A whitespace-only key (" ", "\\n", "\\n\\n"): it carries no word."""
+    return not key.strip()
+
+
+def absorbs(key: str, other: str, guarded: bool) -> bool:
+    """Whether sharpening adds ``other``'s mass to ``key``'s: ``other`` extends ``key``, and (guarded) a
+    whitespace-only ``key`` takes only whitespace-only keys, never one that carries a word."""
+    return other != key and other.startswith(key) and (not guarded or not is_blank(key) or is_blank(other))
+
+
+def heuristic_sharpen(keys: list[str], probs: torch.Tensor, drafter_keys, lam: float, guarded: bool = False) -> torch.Tensor:
     """SAFE's heuristic (§3.3): for each candidate key in ``drafter_keys`` (anything supporting ``in``: the
-    keys the drafter's vocabulary has) with fused probability above ``lam``, add the fused mass of every
-    other candidate key that starts with it (unmodified values, no chaining); renormalise."""
+    drafter's top keys, or the keys its vocabulary has) with fused probability above ``lam``, add the fused mass
+    of every other candidate key that it :func:`absorbs` (unmodified values, no chaining); renormalise."""
     out = probs.clone()
     for i in torch.nonzero(probs > lam).flatten().tolist():
         key = keys[i]
         if key not in drafter_keys:
             continue
-        out[i] += sum(float(probs[j]) for j, other in enumerate(keys) if j != i and other.startswith(key))
+        out[i] += sum(float(probs[j]) for j, other in enumerate(keys) if absorbs(key, other, guarded))
     return out / out.sum()
 
 
@@ -120,6 +141,13 @@ class UnionVocab:
         order = sorted(range(self.size), key=self.keys.__getitem__)
         self.sorted_keys = [self.keys[i] for i in order]
         self.order = torch.tensor(order, dtype=torch.long)
+        self._blank: list[int] | None = None
+
+    def blank_extensions(self, key: str) -> torch.Tensor:
+        """Union positions of the whitespace-only keys that start with ``key`` (itself included)."""
+        if self._blank is None:
+            self._blank = [i for i, k in enumerate(self.keys) if is_blank(k)]
+        return torch.tensor([i for i in self._blank if self.keys[i].startswith(key)], dtype=torch.long)
 
     def project(self, m: int, probs: torch.Tensor) -> torch.Tensor:
         out = torch.zeros(self.size, dtype=probs.dtype)
@@ -157,9 +185,25 @@ PREFIX_IDS_FETCHED = 4096
 sending the ids; the same numbers)."""
 
 
-def _prefix_mass(table: KeyTable, dist: Dist, key: str) -> float:
-    """One model's probability of every token whose key starts with ``key`` (itself included)."""
-    ids = table.ids_with_prefix(key)
+_BLANK_IDS: dict[int, list[int]] = {}  # by the table's fingerprint: the ids of its whitespace-only keys
+
+
+def _blank_ids(table: KeyTable) -> list[int]:
+    found = _BLANK_IDS.get(table.fingerprint)
+    if found is None:
+        found = _BLANK_IDS[table.fingerprint] = [i for i, k in enumerate(table.keys) if is_blank(k)]
+        if len(_BLANK_IDS) > 8:
+            _BLANK_IDS.pop(next(iter(_BLANK_IDS)))
+    return found
+
+
+def _prefix_mass(table: KeyTable, dist: Dist, key: str, guarded: bool = False) -> float:
+    """One model's probability of every token whose key starts with ``key`` (itself included); guarded, of a
+    whitespace-only ``key`` only the whitespace-only ones (:func:`absorbs`)."""
+    if guarded and is_blank(key):
+        ids = [i for i in _blank_ids(table) if table.keys[i].startswith(key)]
+    else:
+        ids = table.ids_with_prefix(key)
     if len(ids) > PREFIX_IDS_FETCHED:
         dist.full()  # a member's whole row, once (a short key such as " " extends to tens of thousands of ids)
     return float(dist.probs(ids).double().sum())
@@ -175,6 +219,8 @@ class Fuser:
         top_k: UniTE's k (also the length of recorded top-k lists).
         sharpen: ``"none"``, ``"heuristic"`` or ``"geometric"``.
         lam: the heuristic's threshold λ.
+        scope: which keys the heuristic lets absorb: ``"guarded"`` (the drafter's top 10, a whitespace-only key
+            only whitespace) or ``"vocabulary"`` (any key of the drafter's vocabulary); the module's docstring.
         weights: model weights (normalised; equal when None).
         temperature: logits are divided by it before the softmax (sampling runs); 0 means 1.
         whole: GaC over the whole union from whole rows even where the summaries decide (a check of them).
@@ -196,9 +242,13 @@ class Fuser:
         weights: dict[str, float] | None = None,
         temperature: float = 0.0,
         whole: bool = False,
+        scope: str = "guarded",
     ):
+        if scope not in SHARPEN_SCOPES:
+            raise ValueError(f"unknown sharpening scope {scope!r}: one of {', '.join(SHARPEN_SCOPES)}")
         self.names, self.tables = names, tables
         self.fusion, self.top_k, self.sharpen, self.lam = fusion, top_k, sharpen, lam
+        self.guarded = scope == "guarded"
         raw = [float((weights or {}).get(n, 1.0)) for n in names]
         total = sum(raw)
         self.weights = [w / total for w in raw]
@@ -209,13 +259,16 @@ class Fuser:
         self._first_token: list[dict[str, int | None]] = [{} for _ in tables]
 
     def fuse(self, dists: list[Dist | torch.Tensor], drafter: int = 0, draft_key: str | None = None, boundary: int = 0) -> Fused:
-        """Fuse one step. ``drafter`` is the index of the model whose top keys the heuristic may sharpen."""
+        """Fuse one step. ``drafter`` is the index of the model whose keys the heuristic may sharpen."""
         started = time.perf_counter()
         dists = [d if isinstance(d, Dist) else FullDist(d, summary_size(self.top_k)) for d in dists]  # rows given in process
         if self.tempered:
             dists = [FullDist(d.full().float() / self.temperature, d.size) for d in dists]
         per_model_top = [_top_keys(t, d, self.top_k) for t, d in zip(self.tables, dists, strict=True)]
-        drafter_vocab = _Vocab(self.tables[drafter])
+        if self.guarded:  # the drafter's own top keys (the released code's k, whatever UniTE's k is)
+            drafter_vocab = {k for k, _ in _top_keys(self.tables[drafter], dists[drafter], SHARPEN_TOP)}
+        else:
+            drafter_vocab = _Vocab(self.tables[drafter])
         found = None
         if self.fusion == "gac" and not self.whole:
             found = self._gac_sized(dists, drafter_vocab)
@@ -288,7 +341,7 @@ class Fuser:
         before = fused / fused.sum()
         after = None
         if self._sharpens(before):
-            after = self._geometric(mapped) if self.sharpen == "geometric" else heuristic_sharpen(keys, before, drafter_vocab, self.lam)
+            after = self._geometric(mapped) if self.sharpen == "geometric" else heuristic_sharpen(keys, before, drafter_vocab, self.lam, self.guarded)
         return keys, {k: i for i, k in enumerate(keys)}, before, after
 
     def _first(self, m: int, key: str) -> int | None:
@@ -333,7 +386,7 @@ class Fuser:
             for i in torch.nonzero(before > self.lam).flatten().tolist():
                 if keys[i] not in drafter_vocab:
                     continue
-                mass = sum(w * _prefix_mass(t, d, keys[i]) for w, t, d in zip(self.weights, self.tables, dists, strict=True))
+                mass = sum(w * _prefix_mass(t, d, keys[i], self.guarded) for w, t, d in zip(self.weights, self.tables, dists, strict=True))
                 after[i] += mass - float(before[i])
                 added += mass - float(before[i])
             after = after / (1.0 + added)  # the whole union's mass was 1 before
@@ -359,7 +412,7 @@ class Fuser:
         log_mix = torch.where(present, log_mix, torch.full_like(log_mix, float("-inf")))
         return torch.softmax(log_mix, dim=0)
 
-    def _heuristic_union(self, before: torch.Tensor, drafter_vocab: _Vocab) -> torch.Tensor:
+    def _heuristic_union(self, before: torch.Tensor, drafter_vocab) -> torch.Tensor:
         # At most 1/λ keys exceed λ; prefix ranges in the sorted union make "every key that starts with k" one slice.
         assert self.union is not None
         out, added = before.clone(), 0.0
@@ -367,8 +420,12 @@ class Fuser:
             key = self.union.keys[i]
             if key not in drafter_vocab:
                 continue
-            lo, hi = self.union.prefix_range(key)
-            gain = float(before[self.union.order[lo:hi]].double().sum()) - float(before[i])
+            if self.guarded and is_blank(key):
+                extensions = self.union.blank_extensions(key)
+            else:
+                lo, hi = self.union.prefix_range(key)
+                extensions = self.union.order[lo:hi]
+            gain = float(before[extensions].double().sum()) - float(before[i])
             out[i] += gain
             added += gain
         return out / (1.0 + added)  # the union's mass was 1 before (a float32 sum over it is off by up to 1e-5)

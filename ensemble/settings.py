@@ -14,6 +14,12 @@ METHODS = ("single", "unite", "gac", "safe", "specem")
 FUSIONS = ("unite", "gac")
 SHARPENING = ("none", "heuristic", "geometric")
 SCORINGS = ("logprob", "logit")
+SHARPEN_SCOPES = ("guarded", "vocabulary")
+"""Which keys heuristic sharpening lets absorb (:mod:`ensemble.fusion`): the released code's guards, or any key of
+the drafter's vocabulary."""
+AFTER_KEPT = ("walk-on", "end-round")
+"""What SAFE does after an ensembled token that keeps the draft: walk on through the draft, or end the round and
+draft again (Alg. 1, line 10)."""
 MAX_NEW_TOKENS = 4096
 SAMPLED_DRAFTS = (0.6, 0.9)
 """SpecEM's released code drafts with temperature 0.6 and top-p 0.9 (``sample_drafts``)."""
@@ -85,6 +91,13 @@ class Settings:
             answers to 0-1 in every ensemble measured, and it names no model, so it holds whichever drafter is chosen.
         sharpen: none | heuristic | geometric; default heuristic for SAFE, none for every-token fusion.
         sharpen_lambda: the heuristic's threshold λ.
+        sharpen_scope: which keys the heuristic lets absorb the keys that start with them. ``guarded`` (default):
+            the SAFE authors' released code, only keys among the drafter's 10 most probable, and a whitespace-only
+            key absorbs only whitespace-only keys; ``vocabulary``: any key of the drafter's vocabulary (§3.3's
+            "the drafter's tokens" read literally; this project's reading before issue 30). The default follows
+            the released code and the side-by-side run of issue 30, where the literal reading wrote a bare space
+            in place of a drafted word; the 60-question measurement that would confirm it is not finished yet
+            (docs/results.md, "Sharpening guards and round ends").
         gac_gate: GaC's gate (SAFE paper §4.1, kept inside GaC+SAFE in its Table 2): wherever GaC fuses (the
             ``gac`` method, and SAFE with ``fusion="gac"``), fuse only when the main model's top next-token
             probability is below this; otherwise take the main model's token (traced as ``gated``). The main
@@ -92,6 +105,10 @@ class Settings:
         drafter: SAFE's drafter (default: the first model).
         lookahead: SAFE's draft length n.
         fusion: SAFE's fusion plug-in (unite | gac).
+        after_kept: SAFE, after a fused token that keeps the draft: ``walk-on`` through the rest of the draft
+            (default) or ``end-round`` and draft again from there (Alg. 1 line 10, i <- j+1). walk-on stays the
+            default: on two GSM8K questions end-round wrote the same text and discarded 2-4x the drafted tokens
+            (docs/results.md, "Sharpening guards and round ends"; the 60-question measurement is not finished).
         segment_len: SpecEM's segment length L in tokens.
         eta: SpecEM's Hedge step size eta0 (0 turns the online feedback off). Default 4, chosen by measurement
             (docs/results.md, "SpecEM feedback"): on GSM8K answers of 128 tokens the step eta0·sqrt(1/K)/t adds
@@ -125,6 +142,10 @@ class Settings:
                                   label="Sharpening", widget="radio", none_as="auto")
     sharpen_lambda: float = setting(0.1, kind="float", lo=0.0, hi=1.0, flag="--lambda", help="heuristic sharpening threshold",
                                     label="Heuristic λ", widget="slider", step=0.01)
+    sharpen_scope: str = setting("guarded", kind="choice", choices=SHARPEN_SCOPES,
+                                 help="which keys heuristic sharpening lets absorb: guarded (the drafter's top 10, "
+                                 "a whitespace-only key only whitespace; default, the released code's) | vocabulary",
+                                 label="Sharpening scope", widget="radio")
     gac_gate: float | None = setting(
         GAC_GATE, kind="gate", lo=0.0, hi=1.0, metavar="P|none",
         help="GaC (and SAFE with --fusion gac): fuse only when the main model's top probability is below P"
@@ -135,6 +156,9 @@ class Settings:
                              widget="slider")
     fusion: str = setting("unite", kind="choice", choices=FUSIONS, help="SAFE fusion: unite | gac", label="SAFE fusion",
                           widget="radio")
+    after_kept: str = setting("walk-on", kind="choice", choices=AFTER_KEPT,
+                              help="SAFE after a fused token that keeps the draft: walk-on (default) | end-round (Alg. 1)",
+                              label="SAFE after a kept fusion", widget="radio")
     segment_len: int = setting(10, kind="int", lo=1, hi=256, help="SpecEM segment length (default 10)",
                                label="SpecEM segment length", widget="slider")
     eta: float = setting(4.0, kind="float", lo=0.0, hi=100.0, help="SpecEM Hedge step eta0 (default %(default)s; 0 = no feedback)",

@@ -256,13 +256,17 @@ def _migrate(data: dict) -> None:
     has none. Version 1 details have the same keys as version 2's typed records.
 
     Traces made before the ``drafter_weight`` setting existed weighed SAFE's drafter like every model: their
-    settings get ``drafter_weight`` 1, so an explanation of their weighted means stays true.
+    settings get ``drafter_weight`` 1, so an explanation of their weighted means stays true. Traces made before
+    ``sharpen_scope`` and ``after_kept`` existed sharpened from the drafter's whole vocabulary and walked on after a
+    kept fusion (issue 30): their settings say so.
     """
     if data["schema_version"] == 1:
         data["drafter"] = _v1_drafter(data)
         data["schema_version"] = 2
     if isinstance(data.get("settings"), dict):
         data["settings"].setdefault("drafter_weight", 1.0)
+        data["settings"].setdefault("sharpen_scope", "vocabulary")
+        data["settings"].setdefault("after_kept", "walk-on")
 
 
 def _v1_drafter(data: dict) -> str | None:

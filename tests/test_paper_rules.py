@@ -45,17 +45,22 @@ def test_unite_fallback_never_counts_one_token_twice(tiny):
 
 
 # -- sharpening -----------------------------------------------------------------------------------------------
+FILLERS = [" apple", " banana", " cherry", " grape", " lemon", " mango", " house", " olive", " peach", " pear", " plum"]
+
+
 @pytest.mark.parametrize("fusion", ["unite", "gac"])
-def test_sharpening_scope_is_the_drafters_vocabulary(tiny, fusion):
-    """§3.3 sharpens "the drafter's tokens": any key of the drafter's vocabulary whose fused probability
-    exceeds λ, even one outside the drafter's own top 10. Here the drafter spreads its mass over 11 other
-    words; " The" is fused at 0.13 and absorbs " Then", " They" and " There" (0.14 + 0.14 + 0.12), so the
-    fused choice is " The" instead of " Then"."""
+def test_vocabulary_scope_sharpens_any_key_of_the_drafters_vocabulary(tiny, fusion):
+    """§3.3 read literally (``sharpen_scope="vocabulary"``): "the drafter's tokens" are any key of the drafter's
+    vocabulary whose fused probability exceeds λ, even one outside the drafter's own top 10. Here the drafter
+    spreads its mass over 11 other words; " The" is fused at 0.13 and absorbs " Then", " They" and " There"
+    (0.14 + 0.14 + 0.12), so the fused choice is " The" instead of " Then". Guarded (the default), " The" is not
+    among the drafter's top 10 and absorbs nothing: " Then" stays."""
     table = tiny["smollm2"].keys
-    fillers = [" apple", " banana", " cherry", " grape", " lemon", " mango", " house", " olive", " peach", " pear", " plum"]
-    drafter = _logits(table, {**{w: 0.94 / 11 for w in fillers}, " The": 0.06})
+    drafter = _logits(table, {**{w: 0.94 / 11 for w in FILLERS}, " The": 0.06})
     verifier = _logits(table, {" Then": 0.28, " They": 0.28, " There": 0.24, " The": 0.20})
-    fuser = Fuser(["drafter", "verifier"], [table, table], fusion=fusion, sharpen="heuristic", lam=0.1)
+    guarded = Fuser(["drafter", "verifier"], [table, table], fusion=fusion, sharpen="heuristic", lam=0.1)
+    assert guarded.fuse([drafter, verifier], drafter=0).choice in (" Then", " They")  # tied: the union's order
+    fuser = Fuser(["drafter", "verifier"], [table, table], fusion=fusion, sharpen="heuristic", lam=0.1, scope="vocabulary")
     fused = fuser.fuse([drafter, verifier], drafter=0)
     assert fused.record.sharpened
     assert {k for k, _ in fused.record.before[:2]} == {" Then", " They"}
@@ -66,6 +71,64 @@ def test_sharpening_scope_is_the_drafters_vocabulary(tiny, fusion):
     others = [k for k in fused.keys if k.startswith(" The") and k not in (" The", " Then", " They", " There")]
     extra = sum(fused.prob_of(k) for k in others) * total  # GaC: tiny mass of " Their", " These", ...
     assert fused.prob_of(" The") * total == pytest.approx(expected + extra, abs=1e-3)
+
+
+@pytest.mark.parametrize("fusion", ["unite", "gac"])
+def test_a_bare_space_never_absorbs_words_and_replaces_the_draft(tiny, fusion):
+    """Issue 30, char 193 of a side-by-side run: a bare space went from 0.13 to 0.54 by absorbing " trees" and
+    " first" and replaced the drafted word " first" with a space. Guarded (the default, the released code's rule),
+    a whitespace-only key absorbs only whitespace: the draft " first" stays. Before issue 30 (``vocabulary``, then
+    the only reading) the space won."""
+    table = tiny["smollm2"].keys
+    drafter = _logits(table, {" first": 0.50, " ": 0.20, " trees": 0.15, " the": 0.15})
+    verifier = _logits(table, {" trees": 0.45, " ": 0.20, " first": 0.15, " the": 0.20})
+    for scope, choice in ((None, " first"), ("vocabulary", " ")):  # None: the default, guarded
+        fuser = Fuser(["drafter", "verifier"], [table, table], fusion=fusion, sharpen="heuristic", lam=0.1, **({"scope": scope} if scope else {}))
+        fused = fuser.fuse([drafter, verifier], drafter=0, draft_key=" first")
+        before = dict(fused.record.before)
+        assert fused.record.sharpened and max(before.values()) < 0.5
+        assert before[" first"] == pytest.approx(0.325, abs=1e-3) and before[" "] == pytest.approx(0.20, abs=1e-3)
+        assert fused.choice == choice, scope
+    # Guarded, a blank key still takes the blank keys that extend it (it carries no word either way).
+    drafter = _logits(table, {"\n": 0.30, " So": 0.25, "\n\n": 0.05, " Then": 0.40})
+    verifier = _logits(table, {"\n": 0.20, "\n\n": 0.30, " Then": 0.10, " So": 0.40})
+    fused = Fuser(["drafter", "verifier"], [table, table], fusion=fusion, sharpen="heuristic", lam=0.1).fuse([drafter, verifier])
+    assert dict(fused.record.before)[" So"] > dict(fused.record.before)["\n"] and fused.choice == "\n"
+
+
+@pytest.mark.parametrize("fusion", ["unite", "gac"])
+def test_only_the_drafters_top_ten_keys_absorb(tiny, fusion):
+    """Issue 30, char 142: the draft " Then" (fused 0.23) lost to "\\n" (0.23, 0.28 after absorbing "\\n\\n"),
+    which the drafter ranked below its top 10. Guarded (the default, the released code's k = 10), only keys among
+    the drafter's 10 most probable keys absorb: " Then" stays. Before issue 30 "\\n" won."""
+    table = tiny["smollm2"].keys
+    fillers = {w: 0.064 - 0.001 * i for i, w in enumerate(FILLERS[:10])}  # ten words the drafter ranks above "\n"
+    drafter = _logits(table, {" Then": 0.30, **fillers, "\n\n": 0.04, "\n": 0.025})
+    verifier = _logits(table, {"\n": 0.40, "\n\n": 0.20, " Then": 0.25, " So": 0.15})
+    for scope, choice in ((None, " Then"), ("vocabulary", "\n")):  # None: the default, guarded
+        fuser = Fuser(["drafter", "verifier"], [table, table], fusion=fusion, sharpen="heuristic", lam=0.1, **({"scope": scope} if scope else {}))
+        fused = fuser.fuse([drafter, verifier], drafter=0, draft_key=" Then")
+        before = dict(fused.record.before)
+        assert "\n" not in dict(fused.record.per_model["drafter"])  # outside the drafter's top 10
+        assert before[" Then"] > before["\n"] > 0.1 and fused.record.sharpened
+        assert fused.choice == choice, scope
+
+
+def test_after_a_kept_fusion_the_round_walks_on_or_ends_as_alg_1(tiny):
+    """Alg. 1 line 10 (i <- j+1) ends the round after any ensembled token; ``after_kept="walk-on"`` (the default)
+    goes on deciding the rest of the draft when the fused key is the draft's own. Ending the round discards the
+    rest of the draft, and the trace records which was used."""
+    models = [tiny["qwen"], tiny["gemma3"], tiny["smollm2"]]
+    runs = {}
+    for after in ("walk-on", "end-round"):
+        trace = generate(models, PROMPT, "safe", Settings(max_new_tokens=40, stop_strings=[], lookahead=4, after_kept=after))
+        assert trace.settings["after_kept"] == after
+        runs[after] = [r.details for r in trace.rounds]
+    walked = [d for d in runs["walk-on"] if "ensembled_kept" in d["decisions"][:-1]]
+    assert walked  # the tiny models keep a fused draft token mid-draft, and the round goes on
+    ended = [d for d in runs["end-round"] if "ensembled_kept" in d["decisions"]]
+    assert ended and all(d["decisions"][-1] == "ensembled_kept" and d["decisions"].count("ensembled_kept") == 1 for d in ended)
+    assert any(d["discarded"] > 0 and not d["replaced"] for d in ended)  # the rest of the draft, thrown away
 
 
 # -- GaC's gate -----------------------------------------------------------------------------------------------

@@ -31,6 +31,8 @@ def test_fixture_round_trip(name):
     expected["stats"].setdefault("member_row_bytes", {})  # likewise (what whole rows of the same answers take)
     expected.setdefault("fork", None)  # written before forks: none is one
     expected["settings"].setdefault("drafter_weight", 1.0)  # written before SAFE weighed its drafter: equal weights
+    expected["settings"].setdefault("sharpen_scope", "vocabulary")  # written before issue 30's guards: the old reading
+    expected["settings"].setdefault("after_kept", "walk-on")  # likewise: they walked on after a kept fusion
     expected.update(schema_version=2, drafter=V1_DRAFTERS[name])
     assert again.to_dict() == trace.to_dict() == expected
 
@@ -39,6 +41,7 @@ def test_fresh_trace_round_trip(tiny):
     trace = generate([tiny["qwen"], tiny["gemma3"]], "Hi 🙂", "safe", Settings(max_new_tokens=12))
     data = json.loads(trace.to_json())
     assert data["schema_version"] == 2 and data["method"] == "safe" and data["drafter"] == "tiny-qwen"
+    assert data["settings"]["sharpen_scope"] == "guarded" and data["settings"]["after_kept"] == "walk-on"  # the options used
     assert RunTrace.from_dict(data).to_dict() == trace.to_dict()
     for key in ("generated_tokens", "ensemble_steps", "et_ratio", "latency_s", "tokens_per_s"):
         assert key in data["stats"]

@@ -78,7 +78,8 @@ def report_meta(meta: dict) -> dict:
     """The header of report.html: what a reader needs to reproduce the numbers (meta.json has everything)."""
     settings = meta.get("settings", {})
     machine = meta.get("machine", {})
-    shown = ("max_new_tokens", "temperature", "top_k", "lookahead", "segment_len", "eta", "sharpen", "gac_gate")
+    shown = ("max_new_tokens", "temperature", "top_k", "lookahead", "segment_len", "eta", "sharpen", "sharpen_scope", "gac_gate",
+             "after_kept")
     return {
         "command": meta.get("command", ""),
         "data": f"{meta.get('data', {}).get('path', '')} (sha256 {meta.get('data', {}).get('sha256', '')[:12]}…)",

@@ -29,6 +29,7 @@ def run_every_token(run: Run, fusion: str) -> Iterator:
         top_k=settings.top_k,
         sharpen=settings.sharpen_for(run.method),
         lam=settings.sharpen_lambda,
+        scope=settings.sharpen_scope,
         weights=settings.weights,
         temperature=settings.temperature,
     )

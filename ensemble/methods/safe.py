@@ -1,7 +1,8 @@
 """SAFE: selective ensembling (Yun et al., "When to Ensemble", arXiv 2510.15346, ICLR 2026).
 
-The round follows the SAFE box of ``../shared/docs/algorithms.md``, numbered the same way: 1. draft, 2. verify,
-3. decide each draft token (stability check -> consensus -> GaC's gate -> fuse), 4. commit, 5. stop.
+The round follows section 4 of ``docs/algorithms.md`` (the specification, with each rule's paper section and every
+deliberate difference), numbered the same way: 1. draft, 2. verify, 3. decide each draft token (stability check ->
+consensus -> GaC's gate -> fuse), 4. commit, 5. stop.
 
 One round: the drafter proposes up to n tokens from its cache; every verifier re-tokenizes the response plus
 the draft and reads its distribution at each of its token edges in a single forward pass; then each draft
@@ -13,7 +14,8 @@ token is decided at its left boundary:
    probability sum(w * P) / sum(w) (drafter's of its token, each verifier's of its own; App. H) exceeds 0.5;
 3. **ensemble**: otherwise fuse (UniTE or GaC, with sharpening). With GaC, GaC's own gate comes first (§4.1,
    kept in GaC+SAFE in Table 2): when the drafter's top probability is at least ``gac_gate`` its token is
-   accepted (``gated``). The same key: keep walking. Another key: keep the accepted prefix, append the fused
+   accepted (``gated``). The same key: keep walking (``after_kept="walk-on"``, the default) or end the round as
+   Alg. 1 line 10 does (``"end-round"``; docs/algorithms.md, section 4). Another key: keep the accepted prefix, append the fused
    key, discard the rest of the draft, end the round; then the drafter re-tokenizes the response around the
    new text (Alg. 1 re-tokenizes every model, the drafter included), so its next draft conditions on the
    ids a text like this really has, not on its encoding of the key alone.
@@ -178,11 +180,13 @@ class Safe:
             top_k=settings.top_k,
             sharpen=settings.sharpen_for("safe"),
             lam=settings.sharpen_lambda,
+            scope=settings.sharpen_scope,
             weights=settings.safe_weights(self.drafter.name),
             temperature=settings.temperature,
         )
         self.chooser = Chooser(settings.temperature, settings.top_p, settings.seed)
         self.gate = settings.gac_gate if settings.fusion == "gac" else None
+        self.end_after_kept = settings.after_kept == "end-round"
         # Draft round r+1 while round r verifies: only where members compute at the same time, and greedy (a
         # sampled draft made early would draw from the generator in another order than the sequential run).
         self.pipelined = run.backend.parallel and self.chooser.greedy and bool(self.verifiers)
@@ -267,13 +271,16 @@ class Safe:
 
     # -- 3. Decide -----------------------------------------------------------------------------------------
     def decide(self, draft: Draft, edges: Edges) -> list[Verdict]:
-        """Walk the draft; stop after a replacement or the end of sequence."""
+        """Walk the draft; stop after a replacement, the end of sequence, or (``after_kept="end-round"``) a fused
+        token that keeps the draft."""
         verdicts = []
         for j in range(len(draft.tokens)):
             verdict = self.decide_token(draft, j, edges)
             verdicts.append(verdict)
             if verdict.replace is not None or draft.ends_at(j):
                 break
+            if verdict.decision == Decision.ENSEMBLED_KEPT and self.end_after_kept:
+                break  # Alg. 1 line 10 (i <- j+1): the round ends after any ensembled token; the rest is discarded
         return verdicts
 
     def decide_token(self, draft: Draft, j: int, edges: Edges) -> Verdict:
