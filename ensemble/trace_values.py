@@ -58,10 +58,13 @@ def check_sizes(data: dict) -> None:
         raise TraceFormatError(f"Trace has {len(rounds):,} rounds; the limit is {MAX_ROUNDS:,}.")
     if isinstance(models, list) and len(models) > MAX_MODELS:
         raise TraceFormatError(f"Trace names {len(models):,} models; the limit is {MAX_MODELS}.")
+    for where, pairs in _pair_lists(data):
+        if len(pairs) > MAX_PAIRS:
+            raise TraceFormatError(f"{where} has {len(pairs):,} entries; a top-k list holds at most {MAX_PAIRS:,}.")
     for name, records in (("tokens", tokens), ("rounds", rounds)):
         for i, record in enumerate(records if isinstance(records, list) else []):
             checkpoint()
-            size = len(json.dumps(record, ensure_ascii=False))
+            size = len(json.dumps(record, ensure_ascii=False, default=str))
             if size > MAX_RECORD_CHARS:
                 raise TraceFormatError(f"trace.{name}[{i}] is {size:,} characters of JSON; a record may hold at most "
                                        f"{MAX_RECORD_CHARS:,} (a real one holds a few thousand).")
@@ -70,9 +73,6 @@ def check_sizes(data: dict) -> None:
                     if isinstance(record.get(key), list) and len(record[key]) > MAX_MODELS:
                         raise TraceFormatError(f"trace.rounds[{i}].{key} has {len(record[key]):,} entries; a round "
                                                f"has at most {MAX_MODELS} (one per model).")
-    for where, pairs in _pair_lists(data):
-        if len(pairs) > MAX_PAIRS:
-            raise TraceFormatError(f"{where} has {len(pairs):,} entries; a top-k list holds at most {MAX_PAIRS:,}.")
 
 
 def _pair_lists(data: dict):
