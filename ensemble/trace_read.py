@@ -30,20 +30,19 @@ def read_trace(data, limit_s: float | None = None) -> RunTrace:
 
     Raises :class:`TraceFormatError` (one line) when it is not a valid trace or takes longer than ``limit_s``."""
     limit = READ_LIMIT_S if limit_s is None else limit_s
-    deadline = time.monotonic() + limit
-    future = _READERS.submit(_read, data, deadline)
+    future = _READERS.submit(_read, data, time.monotonic(), limit)
     try:
         return future.result(timeout=limit + 0.5)
     except FutureTimeout:
         future.cancel()  # not started yet: it never will; started: it stops at its next checkpoint
-        raise TraceFormatError(f"Reading the trace took more than {limit:g} s, so the server gave up on it; a trace "
-                               "the app or the CLI wrote reads in about a second.") from None
+        raise TraceFormatError(trace_values.time_limit_message(limit)) from None
 
 
-def _read(data, deadline: float) -> RunTrace:
-    trace_values.set_deadline(deadline)
+def _read(data, asked: float, limit: float) -> RunTrace:
+    if time.monotonic() - asked > limit:  # it waited its whole time behind other readers
+        raise TraceFormatError(trace_values.time_limit_message(limit))
+    trace_values.set_deadline(asked + limit, limit)
     try:
-        trace_values.checkpoint()  # it may have waited its whole time behind other readers
         if not isinstance(data, str | bytes):
             try:
                 data = json.dumps(data, allow_nan=True)

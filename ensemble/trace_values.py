@@ -36,16 +36,21 @@ _local = threading.local()
 
 
 # -- time -------------------------------------------------------------------------------------------------
-def set_deadline(deadline: float | None) -> None:
-    """The ``time.monotonic()`` after which :func:`checkpoint` refuses, for this thread (None: no limit)."""
-    _local.deadline = deadline
+def set_deadline(deadline: float | None, limit_s: float = 0.0) -> None:
+    """:func:`checkpoint` refuses in this thread after ``time.monotonic()`` ``deadline`` (None: never), saying that
+    reading took more than ``limit_s`` seconds."""
+    _local.deadline, _local.limit = deadline, limit_s
 
 
 def checkpoint() -> None:
     deadline = getattr(_local, "deadline", None)
     if deadline is not None and time.monotonic() > deadline:
-        raise TraceFormatError("Reading the trace took too long; the server gave up on it. A trace the app or the "
-                               "CLI wrote reads in about a second.")
+        raise TraceFormatError(time_limit_message(_local.limit))
+
+
+def time_limit_message(limit_s: float) -> str:
+    return (f"Reading the trace took more than {limit_s:g} s, so the server gave up on it; a trace the app or the "
+            "CLI wrote reads in about a second.")
 
 
 # -- sizes ------------------------------------------------------------------------------------------------

@@ -21,6 +21,20 @@ from typing import Any
 from ensemble.trace import RunTrace
 
 BUDGET_MB = float(os.environ.get("ENSEMBLE_LENS_SESSIONS_MB", "1024"))
+_HOLDS = ("job", "trace", "imported", "compare", "selected")  # the entry's keys that hold traces
+
+
+class _Entry(dict):
+    """A session's state (a dict, as the handlers use it); storing a trace in it re-checks the store's budget."""
+
+    def __init__(self, store: Sessions, key: str):
+        super().__init__(job=None, trace=None, cancel=threading.Event(), busy=0)
+        self._store, self._key = store, key
+
+    def __setitem__(self, name, value) -> None:
+        super().__setitem__(name, value)
+        if name in _HOLDS and value is not None:
+            self._store.account(self._key)
 
 
 class Sessions:
@@ -35,12 +49,18 @@ class Sessions:
 
     def get(self, key: str) -> dict:
         with self._lock:
-            entry = self._data.pop(key, None) or {"job": None, "trace": None, "cancel": threading.Event(), "busy": 0}
+            entry = self._data.pop(key, None) or _Entry(self, key)
             self._data[key] = entry
             while len(self._data) > self.limit:
                 self._data.popitem(last=False)
             self._evict(keep=key)
             return entry
+
+    def account(self, key: str) -> None:
+        """Evict for what session ``key`` now holds (its entry calls this when a trace is stored in it)."""
+        with self._lock:
+            if key in self._data:
+                self._evict(keep=key)
 
     def kept_bytes(self) -> int:
         """The estimated memory of every trace the sessions keep (each counted once)."""
