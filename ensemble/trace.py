@@ -212,13 +212,10 @@ class RunTrace:
                 raise TraceFormatError("Trace file is not UTF-8 text (a JSON trace was expected).") from exc
         if len(text.encode("utf-8", "surrogatepass")) > MAX_TRACE_BYTES:
             raise TraceFormatError("Trace file is larger than 20 MB.")
-        data, cleaned = trace_check.parse(text), 0  # depth and size bounded before parsing
-        if trace_values.may_hold_lone_surrogates(text):  # text is cleaned once, here: every view gets valid text
-            data, cleaned = trace_values.clean_text(data)
+        # depth and size bounded before parsing; text cleaned once, here, so that every view gets valid text
+        data, warning = trace_values.clean(text, trace_check.parse(text))
         trace = cls.from_dict(data)
-        if cleaned:
-            trace.warnings.append(f"{cleaned:,} text{'s' if cleaned > 1 else ''} of this trace held characters that are "
-                                  "not valid text (lone UTF-16 surrogates); each is shown as \ufffd.")
+        trace.warnings.extend([warning] if warning else [])
         return trace
 
     def token_table(self) -> list[dict]:
@@ -394,17 +391,7 @@ def _check(data) -> None:
     """Raise :class:`TraceFormatError` with a precise message unless ``data`` is a valid trace."""
     if not isinstance(data, dict):
         raise TraceFormatError("A trace must be a JSON object.")
-    if "schema_version" not in data:
-        raise TraceFormatError("This JSON is not an Ensemble Lens trace (it has no schema_version); save a trace from "
-                               "the Trace tab, the API or `python -m ensemble generate --json`.")
-    version = data["schema_version"]
-    if type(version) is not int:
-        raise TraceFormatError(f"trace.schema_version must be a whole number (1 to {SCHEMA_VERSION}), not "
-                               f"{json.dumps(version)[:40]}.")
-    if version not in (1, SCHEMA_VERSION):
-        raise TraceFormatError(
-            f"Unsupported trace schema_version {version!r}; this version of Ensemble Lens reads versions 1 to {SCHEMA_VERSION}."
-        )
+    trace_values.check_version(data, SCHEMA_VERSION)
     data.setdefault("rounds", [])
     data.setdefault("warnings", [])
     data.setdefault("model_info", {})

@@ -53,6 +53,21 @@ def time_limit_message(limit_s: float) -> str:
             "CLI wrote reads in about a second.")
 
 
+# -- version --------------------------------------------------------------------------------------------
+def check_version(data: dict, supported: int) -> None:
+    """Refuse JSON that is not a trace, or a trace of a version this one cannot read (1 to ``supported``)."""
+    if "schema_version" not in data:
+        raise TraceFormatError("This JSON is not an Ensemble Lens trace (it has no schema_version); save a trace from "
+                               "the Trace tab, the API or `python -m ensemble generate --json`.")
+    version = data["schema_version"]
+    if type(version) is not int:
+        raise TraceFormatError(f"trace.schema_version must be a whole number (1 to {supported}), not "
+                               f"{json.dumps(version)[:40]}.")
+    if not 1 <= version <= supported:
+        raise TraceFormatError(f"Unsupported trace schema_version {version!r}; this version of Ensemble Lens reads "
+                               f"versions 1 to {supported}.")
+
+
 # -- sizes ------------------------------------------------------------------------------------------------
 def check_sizes(data: dict) -> None:
     """Refuse a trace that holds more than a view may draw, before any record is built."""
@@ -198,6 +213,18 @@ def _check_round(rnd: dict, where: str, text_len: int) -> None:
 
 
 # -- text -------------------------------------------------------------------------------------------------
+def clean(text: str, data):
+    """``(data, warning)``: the JSON ``data`` parsed from ``text`` with lone surrogates replaced (:func:`clean_text`),
+    and the warning the trace gets for them (None when there were none)."""
+    if not may_hold_lone_surrogates(text):
+        return data, None
+    data, count = clean_text(data)
+    if not count:
+        return data, None
+    return data, (f"{count:,} text{'s' if count > 1 else ''} of this trace held characters that are not valid text "
+                  "(lone UTF-16 surrogates); each is shown as \ufffd.")
+
+
 def may_hold_lone_surrogates(text: str) -> bool:
     """Whether raw JSON ``text`` may hold a lone surrogate (as a character or an escape); cheap, may say yes wrongly."""
     return bool(_LONE.search(text) or _LONE_ESCAPE.search(text))

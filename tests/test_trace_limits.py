@@ -106,9 +106,11 @@ def test_reading_past_its_time_limit_is_refused_and_the_reader_stops():
     assert time.perf_counter() - started < 10
 
 
-def test_a_page_load_answers_at_once_while_heavy_traces_are_read(tmp_path):
-    """While a handler thread reads the adversarial file and a heavy one, the server still serves a page at once
-    (the old scan held the interpreter for the whole 60 KB file: every client waited 10-16 s)."""
+def test_a_page_load_answers_while_heavy_traces_are_read(tmp_path):
+    """While a handler thread reads the adversarial file and a heavy one, the server goes on serving: its event
+    loop never waits long for the interpreter (the old scan held it for the whole 60 KB file, 10-16 s, so every
+    page load waited that long). Measured as the longest gap of a thread that ticks every millisecond, which does
+    not depend on how fast the machine serves a page; the page loads meanwhile must all succeed."""
     import httpx
     from conftest import free_port
 
@@ -123,24 +125,33 @@ def test_a_page_load_answers_at_once_while_heavy_traces_are_read(tmp_path):
     demo.launch(server_port=port, prevent_thread_lock=True, quiet=True)
     try:
         url = f"http://127.0.0.1:{port}/"
-        httpx.get(url, timeout=60)  # the first page load builds what Gradio caches
-        done = threading.Event()
+        httpx.get(url, timeout=120)  # the first page load builds what Gradio caches
+        done, gaps = threading.Event(), [0.0]
+
+        def tick():
+            last = time.perf_counter()
+            while not done.is_set():
+                time.sleep(0.001)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
 
         def upload():
             for path in files:
-                app.import_trace(str(path), Request("heavy-reader"))
+                _, status, *_ = app.import_trace(str(path), Request("heavy-reader"))
+                assert "Could not load the trace" in status
             done.set()
 
-        reader = threading.Thread(target=upload)
-        reader.start()
-        waits = []
-        while not done.is_set() or not waits:
-            started = time.perf_counter()
-            assert httpx.get(url, timeout=60).status_code == 200
-            waits.append(time.perf_counter() - started)
-        reader.join()
-        # generous bounds (a page load alone takes 0.1-0.6 s; CI machines vary); the old scan stalled it for 10-16 s
-        assert max(waits) < 5 and sum(waits) / len(waits) < 2.5, waits
+        threads = [threading.Thread(target=tick), threading.Thread(target=upload)]
+        for thread in threads:
+            thread.start()
+        pages = 0
+        while not done.is_set() or not pages:
+            assert httpx.get(url, timeout=120).status_code == 200
+            pages += 1
+        for thread in threads:
+            thread.join()
+        assert max(gaps) < 1.5, f"the interpreter was held for {max(gaps):.1f} s"  # generous: CI machines vary
     finally:
         demo.close()
 
