@@ -191,7 +191,7 @@ def test_mutated_traces_render_or_are_refused_with_one_line(name, data):
             if action == "delete":
                 _delete(trace, path)
             elif action == "huge":
-                _set(trace, path, data.draw(HUGE))
+                _set(trace, path, copy.deepcopy(data.draw(HUGE)))  # a fresh copy: later mutations change it
             elif action == "number":
                 _set(trace, path, data.draw(st.sampled_from([-1, 0, 1, 7, 10**6, 2**53, -(2**53), 0.5, 1e15])))
             else:

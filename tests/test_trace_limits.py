@@ -117,7 +117,7 @@ def test_a_page_load_answers_while_heavy_traces_are_read(tmp_path):
     import app
 
     files = []
-    for name, text in [("escapes.json", escaped_quotes(60_000)), ("heavy.json", json.dumps(heavy_pairs(150_000)))]:
+    for name, text in [("escapes.json", escaped_quotes(60_000)), ("heavy.json", json.dumps(heavy_pairs(60_000)))]:
         (path := tmp_path / name).write_text(text, encoding="utf-8")
         files.append(path)
     demo = app.build_app()
@@ -151,7 +151,8 @@ def test_a_page_load_answers_while_heavy_traces_are_read(tmp_path):
             pages += 1
         for thread in threads:
             thread.join()
-        assert max(gaps) < 1.5, f"the interpreter was held for {max(gaps):.1f} s"  # generous: CI machines vary
+        # generous (a loaded machine alone makes gaps of a second or two); the old scan held it 10-16 s for 60 KB
+        assert max(gaps) < 5, f"the interpreter was held for {max(gaps):.1f} s"
     finally:
         demo.close()
 

@@ -5,9 +5,9 @@ The store is bounded twice: at most 128 sessions, and at most ``ENSEMBLE_LENS_SE
 1024) of traces kept by all of them together (runs, uploads, comparisons; a trace two sessions share, such as the
 recorded first view, counts once). Past either bound the least recently used sessions are dropped, except the one
 asking and those still streaming; a dropped session starts again empty (its strip asks for a run or an upload). A
-trace's memory is estimated from what it holds (:func:`trace_bytes`: tokens, top-k pairs, splits, text), within
-never below what Python allocates for it and at most about 1.5 times it (tracemalloc, on the
-test fixtures and on a trace of 256,000 top-k pairs).
+trace's memory is estimated from what it holds (:func:`trace_bytes`: tokens, top-k pairs, splits, text): never
+below what Python allocates for it and at most about 1.5 times that (tracemalloc, on the test fixtures and on a
+trace of 256,000 top-k pairs).
 """
 
 from __future__ import annotations
