@@ -185,6 +185,10 @@ def _check_details(details: dict, where: str, text_len: int) -> None:
             _probability(p, f"{where}.{key}[{str(model)[:40]!r}]")
     for model, pairs in _items(details.get("per_model_top")):
         _pairs_probabilities(pairs, f"{where}.per_model_top[{model[:40]!r}]")
+    for key in ("blocked_by", "in_vocab"):  # lists of model names, joined into the per-token table
+        names = details.get(key)
+        if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+            raise TraceFormatError(f"{where}.{key} must be a list of model names.")
     boundary = details.get("boundary")
     if _number(boundary) and not 0 <= boundary <= text_len:
         raise TraceFormatError(f"{where}.boundary {boundary:g} is not a place in the text (0 to {text_len:,}).")

@@ -174,6 +174,7 @@ def _changed(name, change):
         ("safe", lambda d: d["tokens"][3]["details"]["per_model_top"]["qwen"][0].__setitem__(1, 2),
          "per_model_top['qwen'][0]'s probability is 2"),
         ("safe", lambda d: d["tokens"][3]["details"].update(boundary=10**6), "boundary 1e+06 is not a place in the text"),
+        ("safe", lambda d: d["tokens"][1]["details"].update(blocked_by=[["k", 0.5]]), "details.blocked_by must be a list of model names"),
         ("safe", lambda d: d.update(schema_version=2.0), "schema_version must be a whole number (1 to 2), not 2.0"),
         ("safe", lambda d: d.update(schema_version="2"), 'not "2"'),
         ("safe", lambda d: d["stats"].update(latency_s=-3), "trace.stats.latency_s is -3"),
