@@ -117,7 +117,8 @@ def test_a_page_load_answers_while_heavy_traces_are_read(tmp_path):
     import app
 
     files = []
-    for name, text in [("escapes.json", escaped_quotes(60_000)), ("heavy.json", json.dumps(heavy_pairs(60_000)))]:
+    for name, text in [("escapes.json", escaped_quotes(60_000)), ("escapes-1mb.json", escaped_quotes(1_000_000)),
+                       ("heavy.json", json.dumps(heavy_pairs(60_000)))]:
         (path := tmp_path / name).write_text(text, encoding="utf-8")
         files.append(path)
     demo = app.build_app()
@@ -151,8 +152,10 @@ def test_a_page_load_answers_while_heavy_traces_are_read(tmp_path):
             pages += 1
         for thread in threads:
             thread.join()
-        # generous (a loaded machine alone makes gaps of a second or two); the old scan held it 10-16 s for 60 KB
-        assert max(gaps) < 5, f"the interpreter was held for {max(gaps):.1f} s"
+        # A "does not hang" bound: on a 2-core machine shared with a dozen busy processes the gaps were 1.9-9 s
+        # (scheduling, garbage collection); the old scan held the interpreter 10-16 s for 60 KB and over an hour for
+        # the 1 MB file.
+        assert max(gaps) < 30, f"the interpreter was held for {max(gaps):.1f} s"
     finally:
         demo.close()
 
