@@ -7,7 +7,6 @@ it also works: the embedded models fall back to their hub ids when their package
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import tempfile
@@ -28,7 +27,9 @@ from ensemble.models import DEFAULT_ENSEMBLE, DEFAULT_MODELS, EMBEDDED, GPU_PRES
 from ensemble.models.runtimes import RUNTIMES, llamacpp_available, runtime_from_env, split_runtime
 from ensemble.settings import METHODS, Settings
 from ensemble.trace import MAX_TRACE_BYTES, RunTrace
+from ensemble.trace_read import read_trace
 from ui import links, tabs
+from ui.api_args import settings_object, token_number, without_path
 from ui.controls import control_values, settings_from_controls
 from ui.forking import fork_stream
 from ui.sessions import Sessions, click_data, if_newest
@@ -435,7 +436,7 @@ def import_trace(file, request: gr.Request) -> RunView:
     try:
         if path.stat().st_size > MAX_TRACE_BYTES:
             raise TraceFormatError(f"The file is {path.stat().st_size / 1e6:.1f} MB; the limit is 20 MB.")
-        trace = RunTrace.from_json(path.read_bytes())
+        trace = read_trace(path.read_bytes())  # in a reader thread, with a time limit
     except (OSError, TraceFormatError) as exc:
         SESSIONS.get(_session(request))["imported"] = None
         return RunView(strip=visual.error_html(str(exc)), status=visual.status_html(f"⚠️ Could not load the trace: {exc}"))
@@ -456,9 +457,9 @@ def show_results(file) -> ResultsView:
     try:
         from ensemble.evaluation import load_summary
 
-        rows = load_summary(file if isinstance(file, str) else file.name)
+        rows = load_summary(path := file if isinstance(file, str) else file.name)
     except EnsembleError as exc:
-        return ResultsView(visual.error_html(str(exc)))
+        return ResultsView(visual.error_html(without_path(str(exc), path)))  # the upload's name, not the server's path
     figures = visual.results_figures(rows)
     return ResultsView(visual.results_html(rows), figures[0] if figures else None, figures[1] if len(figures) > 1 else None)
 
@@ -475,10 +476,7 @@ def run_ensemble(prompt: str, method: str = "safe", models: str = ",".join(DEFAU
     """
     job = None
     try:
-        if isinstance(settings, str):
-            settings = json.loads(settings or "{}")
-        if settings is not None and not isinstance(settings, dict):
-            raise InputError("settings must be a JSON object of engine options.")
+        settings = settings_object(settings)
         clean_prompt(prompt)
         names = _models(models)
         config = build_settings(method, settings or {})
@@ -506,9 +504,10 @@ def fork(trace: dict, at: int, method: str = DRAFTER_ALONE) -> dict:
         method: drafter (the run's drafter alone) | single | unite | gac | safe | specem.
     """
     try:
-        parent = RunTrace.from_json(trace if isinstance(trace, str) else json.dumps(trace))
+        parent = read_trace(trace)
+        at = token_number(at, "at")  # "3" is token #3; run_fork says which tokens a fork may start from
         models = load_models(_models(member_names(parent, method)))
-        forked, comparison = run_fork(models, parent, int(at), method, backend=_backend_for(models))
+        forked, comparison = run_fork(models, parent, at, method, backend=_backend_for(models))
     except (EnsembleError, ValueError, TypeError) as exc:
         raise gr.Error(str(exc)) from exc
     return {"fork": forked.to_dict(), "comparison": comparison.to_dict()}
@@ -525,9 +524,8 @@ def explain_token(trace: dict, index: int) -> dict:
         {"index", "text" (the token's characters), "decision", "explanation" (plain text), "record" (raw JSON)}.
     """
     try:
-        parsed = RunTrace.from_json(trace if isinstance(trace, str) else json.dumps(trace))
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(parsed.tokens):
-            raise InputError(f"Token #{index} is not in this trace: it has tokens #0 to #{len(parsed.tokens) - 1}.")
+        parsed = read_trace(trace)  # in a reader thread, with a time limit
+        index = token_number(index, "index", len(parsed.tokens))  # "1" is token #1
     except (EnsembleError, ValueError, TypeError) as exc:
         raise gr.Error(str(exc)) from exc
     record = parsed.tokens[index]

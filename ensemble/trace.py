@@ -12,7 +12,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 
-from . import trace_check
+from . import trace_check, trace_values
 from .decisions import (
     DECISIONS,
     CheckedDetails,
@@ -212,7 +212,11 @@ class RunTrace:
                 raise TraceFormatError("Trace file is not UTF-8 text (a JSON trace was expected).") from exc
         if len(text.encode("utf-8", "surrogatepass")) > MAX_TRACE_BYTES:
             raise TraceFormatError("Trace file is larger than 20 MB.")
-        return cls.from_dict(trace_check.parse(text))  # depth and size bounded before parsing
+        # depth and size bounded before parsing; text cleaned once, here, so that every view gets valid text
+        data, warning = trace_values.clean(text, trace_check.parse(text))
+        trace = cls.from_dict(data)
+        trace.warnings.extend([warning] if warning else [])
+        return trace
 
     def token_table(self) -> list[dict]:
         """One row per token, for tables and CSV export."""
@@ -311,6 +315,7 @@ def _known(cls, data: dict) -> dict:
 
 
 def _token_from(data: dict) -> TokenRecord:
+    trace_values.checkpoint()
     kwargs = _known(TokenRecord, data)
     if kwargs.get("fusion") is not None:
         kwargs["fusion"] = FusionRecord(**_known(FusionRecord, kwargs["fusion"]))
@@ -390,19 +395,17 @@ def _check(data) -> None:
     """Raise :class:`TraceFormatError` with a precise message unless ``data`` is a valid trace."""
     if not isinstance(data, dict):
         raise TraceFormatError("A trace must be a JSON object.")
-    version = data.get("schema_version")
-    if version not in (1, SCHEMA_VERSION) or isinstance(version, bool):
-        raise TraceFormatError(
-            f"Unsupported trace schema_version {version!r}; this version of Ensemble Lens reads versions 1 to {SCHEMA_VERSION}."
-        )
+    trace_values.check_version(data, SCHEMA_VERSION)
     data.setdefault("rounds", [])
     data.setdefault("warnings", [])
     data.setdefault("model_info", {})
     data.setdefault("stats", {})
+    trace_values.check_sizes(data)
     _require(data, _TYPES, "trace")
     if not all(isinstance(m, str) for m in data["models"]):
         raise TraceFormatError("trace.models must be a list of model names.")
     for i, tok in enumerate(data["tokens"]):
+        trace_values.checkpoint()
         _check_token(tok, f"trace.tokens[{i}]", len(data["text"]))
     for i, rnd in enumerate(data["rounds"]):
         _check_round(rnd, f"trace.rounds[{i}]")
@@ -413,6 +416,7 @@ def _check(data) -> None:
     _check_drafter(data)
     _optional(data, "error", str, "trace")
     _check_fork(data)
+    trace_values.check_domains(data)
 
 
 def _check_fork(data: dict) -> None:

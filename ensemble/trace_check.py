@@ -9,23 +9,25 @@ rounds whose score matrices fit their candidates. Every refusal is one line sayi
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
 
 from .errors import TraceFormatError, name_list
 from .settings import METHODS
+from .trace_values import MAX_MODELS, MAX_ROUNDS, MAX_TOKENS, checkpoint
 
 MAX_DEPTH = 32  # a real trace nests 8 deep (trace > tokens > token > details > splits > model > piece)
-MAX_VALUES = 4_000_000  # objects, arrays and strings together
-MAX_TOKENS = 20_000  # a run has at most 4,096 new tokens, plus the bytes that finish a character
-MAX_ROUNDS = 20_000
-MAX_MODELS = 64
+MAX_VALUES = 4_000_000  # values of every kind, keys included (a 20 MB trace the engine wrote holds about 2,000,000)
+MAX_CONTAINERS = 1_000_000  # lists and objects (a 20 MB trace the engine wrote holds about 800,000)
 MAX_NAME = 200  # characters of a model name
 MAX_INT = 2**53  # integers beyond this lose precision in the browser anyway
 MAX_FLOAT = 1e15
 
-_SCAN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')  # unrolled: a 19 MB string scans in milliseconds, not seconds
+_STRING = re.compile(r'"[^"]*"')  # once escapes are gone a string holds no quote: one pass, no backtracking
+_NOT_BRACKET = bytes(c for c in range(256) if c not in b"[]{}")
+_DEPTH = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
 _BYTE_DISPLAY = re.compile(r"<0x([0-9A-F]{2})>")
 # model names the engine writes beside the members': SAFE's fused replacements
 ENGINE_NAMES = ("ensemble",)
@@ -33,26 +35,56 @@ ENGINE_NAMES = ("ensemble",)
 
 def parse(text: str):
     """``json.loads`` for untrusted text, after bounding its depth and size; numbers bounded while parsing."""
-    depth = values = 0
-    for match in _SCAN.finditer(text):
-        ch = match.group()[0]
-        if ch in "[{":
-            depth += 1
-            values += 1
-            if depth > MAX_DEPTH:
-                raise TraceFormatError(f"Trace file nests deeper than {MAX_DEPTH} levels; a trace nests about 8.")
-        elif ch in "]}":
-            depth -= 1
-        else:
-            values += 1
-        if values > MAX_VALUES:
-            raise TraceFormatError(f"Trace file holds more than {MAX_VALUES:,} values.")
+    scan(text)
     try:
         return json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
     except TraceFormatError:
         raise
     except (ValueError, RecursionError) as exc:
         raise TraceFormatError(f"Trace file is not valid JSON: {str(exc).splitlines()[0][:200]}") from exc
+
+
+def scan(text: str) -> None:
+    """Refuse ``text`` when it nests deeper than :data:`MAX_DEPTH`, or holds more than :data:`MAX_VALUES` values or
+    :data:`MAX_CONTAINERS` lists and objects (what the parser spends its time building).
+
+    Linear in the text's length whatever it holds, in passes of C string operations: escaped backslashes and
+    escaped quotes are dropped first (a run of backslashes pairs up from its left, as JSON reads it), so no string
+    holds a quote any more and strings are cut out by ``"[^"]*"`` a slice at a time; what is left outside strings
+    is counted. (An earlier single regex re-read the rest of the text from every escaped quote of an unterminated
+    string: 60 KB of ``\\"`` held the server for 15 s.) Text that is not JSON may be counted loosely here; the
+    parser refuses it next.
+    """
+    bare = text.replace("\\\\", "").replace('\\"', "")
+    strings = bare.count('"') // 2
+    if strings > MAX_VALUES:
+        raise TraceFormatError(f"Trace file holds more than {MAX_VALUES:,} values.")
+    outside = "".join(_STRING.sub('""', part) for part in _slices(bare))
+    containers = outside.count("[") + outside.count("{")
+    if containers > MAX_CONTAINERS:
+        raise TraceFormatError(f"Trace file holds more than {MAX_CONTAINERS:,} lists and objects.")
+    if outside.count(",") + outside.count(":") + containers + 1 > MAX_VALUES:  # each value follows one of these
+        raise TraceFormatError(f"Trace file holds more than {MAX_VALUES:,} values.")
+    brackets = left = outside.encode("utf-8", "surrogatepass").translate(None, _NOT_BRACKET)
+    for _ in range(MAX_DEPTH):  # each pass drops the innermost pairs (a level or more): a real trace is gone after 8
+        if not left:
+            return
+        left = left.replace(b"[]", b"").replace(b"{}", b"")
+    if left and max(itertools.accumulate(_DEPTH[c] for c in brackets)) > MAX_DEPTH:
+        raise TraceFormatError(f"Trace file nests deeper than {MAX_DEPTH} levels; a trace nests about 8.")
+
+
+def _slices(bare: str, size: int = 1 << 20):
+    """``bare`` (a text without escaped quotes) in pieces of about ``size`` characters, each cut outside a string,
+    so that other threads run between the pieces."""
+    start = 0
+    while start < len(bare):
+        end = min(start + size, len(bare))
+        if bare.count('"', start, end) % 2:  # the cut falls inside a string: cut after its closing quote instead
+            close = bare.find('"', end)
+            end = len(bare) if close < 0 else close + 1
+        yield bare[start:end]
+        start = end
 
 
 def _int(text: str) -> int:
@@ -94,6 +126,7 @@ def _check_tokens(trace, names: set[str]) -> None:
     pos = trace.fork["chars"] if trace.fork else 0  # a fork's tokens cover what it wrote after the text it kept
     group: list = []  # tokens sharing one span: the byte tokens of a character, then the token finishing it
     for i, tok in enumerate(tokens):
+        checkpoint()
         where = f"trace.tokens[{i}]"
         if tok.index != i:
             raise TraceFormatError(f"{where}.index is {tok.index}; tokens are numbered 0, 1, 2, … in order.")

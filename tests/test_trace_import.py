@@ -116,9 +116,11 @@ def render_everything(trace: RunTrace) -> None:
     path.write_text(trace.to_json(), encoding="utf-8")
     _strip, status, *views = app.import_trace(str(path), Request())
     assert "Replaying" in status, status
-    for view in views:
+    for view in (_strip, status, *views):
         if hasattr(view, "to_json"):
             view.to_json()
+        elif isinstance(view, str):
+            view.encode("utf-8")  # valid text: a response with a lone surrogate is a bare "Error" in the browser
     indexes = sorted({0, len(trace.tokens) // 2, len(trace.tokens) - 1}) if trace.tokens else []
     for index in indexes:
         outputs = app.inspect(Request(), Click(index))
@@ -126,6 +128,10 @@ def render_everything(trace: RunTrace) -> None:
             if hasattr(out, "to_json"):
                 out.to_json()
         json.dumps(outputs[-1], allow_nan=False)
+        for out in outputs:
+            if isinstance(out, str):
+                out.encode("utf-8")
+        json.dumps(app.explain_token(trace.to_dict(), index), ensure_ascii=False).encode("utf-8")  # the API's answer
     for k in range(len(trace.rounds)):
         fig = app.show_round(k, Request())
         if fig is not None:
@@ -145,9 +151,15 @@ def _paths(value, prefix=()):
             yield from _paths(v, (*prefix, i))
 
 
+SURROGATES = st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1, max_size=3)
+ADVERSARIAL = st.sampled_from(['"' + '\\"' * 40, "\\", "]]]}}}", "[[[{{{", "\u202e\u202d", "\x00", "<script>x</script>",
+                               "a\ud800b", "\udfff", "\ud83d\ude00", "gemma3\ud800", "x" * 300])
+HUGE = st.sampled_from([[["k", 0.5]] * 6_000, ["qwen"] * 70, [[0.5] * 70] * 70, "Plovdiv " * 150_000,
+                        {f"m{i}": 0.1 for i in range(100)}, [{"model": "qwen", "text": "x"}] * 70])
 JSON_LEAF = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**60), 2**60), st.floats(allow_nan=False, allow_infinity=False),
     st.text(max_size=12), st.sampled_from(["", "qwen", "smollm2", "<eos>", "<0xF0>", "\ufffd", "![x](http://a.invalid/x.png)"]),
+    SURROGATES, ADVERSARIAL,
 )
 JSON_VALUE = st.recursive(JSON_LEAF, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
                           max_leaves=8)
@@ -174,22 +186,26 @@ def test_mutated_traces_render_or_are_refused_with_one_line(name, data):
     for _ in range(data.draw(st.integers(1, 3))):
         paths = [p for p in _paths(trace) if p]
         path = data.draw(st.sampled_from(paths))
-        action = data.draw(st.sampled_from(["replace", "replace", "delete", "number"]))
+        action = data.draw(st.sampled_from(["replace", "replace", "delete", "number", "huge"]))
         try:
             if action == "delete":
                 _delete(trace, path)
+            elif action == "huge":
+                _set(trace, path, copy.deepcopy(data.draw(HUGE)))  # a fresh copy: later mutations change it
             elif action == "number":
                 _set(trace, path, data.draw(st.sampled_from([-1, 0, 1, 7, 10**6, 2**53, -(2**53), 0.5, 1e15])))
             else:
                 _set(trace, path, data.draw(JSON_VALUE))
         except (KeyError, IndexError, TypeError):
             pass  # the path vanished with an earlier mutation
-    text = json.dumps(trace)
+    text = json.dumps(trace, ensure_ascii=data.draw(st.booleans()))  # surrogates escaped, or raw characters
     try:
         loaded = RunTrace.from_json(text)
     except TraceFormatError as exc:
-        assert str(exc) and "\n" not in str(exc)
+        assert str(exc) and "\n" not in str(exc) and len(str(exc)) < 600
+        str(exc).encode("utf-8")  # the refusal itself is valid text
         return
+    loaded.to_json().encode("utf-8")  # text was cleaned at the door: every string encodes
     render_everything(loaded)
 
 
