@@ -1,6 +1,6 @@
 """SAFE: selective ensembling (Yun et al., "When to Ensemble", arXiv 2510.15346, ICLR 2026).
 
-The round follows the SAFE box of ``../shared/docs/algorithms.md``, numbered the same way: 1. draft, 2. verify,
+The round follows the SAFE box of ``docs/algorithms.md``, numbered the same way: 1. draft, 2. verify,
 3. decide each draft token (stability check -> consensus -> GaC's gate -> fuse), 4. commit, 5. stop.
 
 One round: the drafter proposes up to n tokens from its cache; every verifier re-tokenizes the response plus

@@ -1,6 +1,6 @@
 """SpecEM: segment-level ensembling (Lv et al., arXiv 2412.07380 v3, NeurIPS 2025; first titled SpecFuse).
 
-The round follows the SpecEM box of ``../shared/docs/algorithms.md``, numbered the same way (1. draft, 2. verify,
+The round follows the SpecEM box of ``docs/algorithms.md``, numbered the same way (1. draft, 2. verify,
 3. verify-in-line, 4. aggregate and commit, 5. online feedback). Each round every drafting model proposes a segment of at most L tokens from its own cache (cut back to a word
 boundary); every verifier scores every candidate from the same context in ONE forward pass (verify-in-line:
 candidates side by side after the cached context, position ids restarting per candidate, a 4-D mask keeping
@@ -130,7 +130,7 @@ class Candidate:
 
 
 class SpecEM:
-    """One run's SpecEM state; a round is the phases below, numbered as in ``algorithms.md``.
+    """One run's SpecEM state; a round is the phases below, numbered as in ``docs/algorithms.md``.
 
     ``recompute_context`` drops every cache each round, like the released code (the bench's no-cache baseline).
     """
