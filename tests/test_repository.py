@@ -93,3 +93,20 @@ def test_the_gsm8k_test_set_ships_with_its_licence_and_is_the_default_data():
     assert Path(path).resolve() == GSM8K_TEST and len(prompts) == 2
     args = build_parser().parse_args(["evaluate", "--methods", "single:qwen", "--out", "x"])
     assert args.data is None  # filled with the shipped set when the command runs (test_evaluate runs it)
+
+
+def test_a_space_installs_the_cpu_build_of_the_pinned_torch_first():
+    """pre-requirements.txt (installed by a Space before requirements.txt) pins the CPU build of requirements.txt's
+    torch, from PyTorch's CPU index; its pin satisfies requirements.txt's, so pip adds no CUDA build after it."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    def pins(name: str) -> list[str]:
+        return [line.strip() for line in (ROOT / name).read_text().splitlines() if line.strip() and not line.startswith("#")]
+
+    pre, main = pins("pre-requirements.txt"), pins("requirements.txt")
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in pre
+    cpu = Version(str(Requirement(next(p for p in pre if p.startswith("torch=="))).specifier).removeprefix("=="))
+    wanted = Requirement(next(p for p in main if p.startswith("torch==")))
+    assert cpu.local == "cpu" and wanted.specifier.contains(cpu)
+    assert not any(line.startswith("-") for line in main)  # requirements.txt stays readable offline by make and CI
