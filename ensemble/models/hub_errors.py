@@ -80,8 +80,8 @@ def hub_error_message(name: str, hub_id: str, exc: BaseException) -> str:
     if cause == MISSING:
         return (f"The Hugging Face Hub has no model {hub_id!r} that this token may see (a private model needs HF_TOKEN "
                 f"of an account with access). Details: {detail}")
+    gated = f" It is gated: {access_help(hub_id)}" if hub_id in GATED else ""
     if cause == OFFLINE:
-        gated = f" It is gated too: {access_help(hub_id)}" if hub_id in GATED else ""
         return (f"Could not load {label} from the Hugging Face Hub: it is not in the local hub cache and the hub could "
                 f"not be reached (offline?).{gated}")
-    return f"Could not load {label} from the Hugging Face Hub: {detail}"
+    return f"Could not load {label} from the Hugging Face Hub: {detail}{gated}"
