@@ -60,7 +60,12 @@ def _print_measurements():
 
 @pytest.fixture(scope="module")
 def space_venv(tmp_path_factory):
-    """A fresh virtualenv holding only what ``pip install -r requirements.txt`` installs."""
+    """A fresh virtualenv holding only what ``pip install -r requirements.txt`` installs. For a rerun while
+    developing, ``ENSEMBLE_LENS_SPACE_VENV`` names one made so before (kept; the wheel test installs into it)."""
+    kept = os.environ.get("ENSEMBLE_LENS_SPACE_VENV")
+    if kept:
+        yield Path(kept)
+        return
     venv = tmp_path_factory.mktemp("space") / "venv"
     base = getattr(sys, "_base_executable", None) or sys.executable
     subprocess.run([base, "-m", "venv", str(venv)], check=True)
