@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast deps prepare prepare-all browser lint bench clean
+.PHONY: demo test test-fast space deps prepare prepare-all browser lint bench clean
 
 # llama-cpp-python has no wheel on PyPI for this platform: it is built from source once per machine (10-17 minutes on
 # 2 cores) into a wheel folder outside the repository, keyed by the CPU's flags (the build is tuned to this CPU), and
@@ -61,8 +61,13 @@ test: prepare-all browser lint
 test-fast: deps
 	$(PY) -m pytest -m "not embedded" -n $(shell $(PYTHON) -c "import os; print(min(4, os.cpu_count() or 1))")
 
+# The app as a Hugging Face Space runs it (a fresh virtualenv from requirements.txt alone, a hub cache, SPACE_ID set)
+# and the installed wheel; part of `make test`, alone here, with its measurements printed.
+space: prepare-all browser
+	ENSEMBLE_LENS_REQUIRE_BROWSER=1 $(PY) -m pytest tests/test_space.py -s
+
 bench: prepare
 	$(PY) -m ensemble bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist *.egg-info

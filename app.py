@@ -7,6 +7,7 @@ it also works: the embedded models fall back to their hub ids when their package
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import re
 import tempfile
@@ -28,9 +29,10 @@ from ensemble.models.runtimes import RUNTIMES, llamacpp_available, runtime_from_
 from ensemble.settings import METHODS, Settings
 from ensemble.trace import MAX_TRACE_BYTES, RunTrace
 from ensemble.trace_read import read_trace
-from ui import links, tabs
+from ui import links, space, tabs
 from ui.api_args import settings_object, token_number, without_path
 from ui.controls import control_values, settings_from_controls
+from ui.files import project_file
 from ui.forking import fork_stream
 from ui.sessions import Sessions, click_data, if_newest
 from ui.views import CompareView, ExportView, ForkView, InspectView, ResultsView, RunView, TokenizerView, outputs, updates
@@ -312,9 +314,7 @@ def first_view(request: gr.Request) -> RunView:
     if asked and asked != trace.prompt:  # a link opened another prompt: the recording is not of it
         return RunView(status=visual.status_html("A link filled in this prompt and its settings: press Run to run it."))
     session["trace"] = trace
-    runtimes = sorted({str(info.get("runtime", "transformers")) for info in trace.model_info.values()})
-    status = (f"A recorded run, not a live one: {trace.method} on {', '.join(trace.models)} ({', '.join(runtimes)}, "
-              f"recorded {trace.created[:10]}). Click any token to see why; press Run to run it live.")
+    status = space.first_view_status(trace.method, trace.models, trace.created, RUNTIME, DEVICE, POOL.unavailable)
     return _final_views(trace, visual.strip_html(trace), status)
 
 
@@ -448,7 +448,7 @@ def import_trace(file, request: gr.Request) -> RunView:
 
 
 # -- results tab ----------------------------------------------------------------------------------------------
-COMMITTED_RESULTS = Path(__file__).resolve().parent / "docs" / "results" / "gsm8k-summary.csv"
+COMMITTED_RESULTS = project_file("docs/results/gsm8k-summary.csv")
 
 
 def show_results(file) -> ResultsView:
@@ -715,11 +715,14 @@ def wire_links(demo: gr.Blocks, tab_box: gr.Tabs, run: tabs.RunTab, tok: tabs.To
     shown.then(lambda url: gr.update(value=url, visible=True), inputs=[run.link_box], outputs=[run.link_box],
                js=links.SHARE_JS, api_visibility="private", queue=False)
 
-    restored = [tab_box, run.prompt, run.method, run.model_box, tok.tok_text, *run.controls.values()]
+    restored = [tab_box, run.prompt, run.method, run.model_box, tok.tok_text, tok.tok_models, *run.controls.values()]
 
     def on_open(request: gr.Request):
         asked = links.form_from_query(dict(getattr(request, "query_params", {}) or {}), MODEL_CHOICES)
         out = {c: gr.skip() for c in restored}  # (an empty dict would read as one value)
+        if POOL.unavailable:  # a model the server could not load (gemma3 without HF_TOKEN on a Space) is not a default
+            out[run.model_box] = space.usable(tabs.EXAMPLES[0][2], POOL.unavailable)
+            out[tok.tok_models] = space.usable(DEFAULT_MODELS, POOL.unavailable)
         out.update({run.controls[k]: v for k, v in asked.get("settings", {}).items()})
         for key, component in (("prompt", run.prompt), ("method", run.method), ("text", tok.tok_text)):
             if key in asked:
@@ -746,6 +749,7 @@ demo = build_app()
 
 def launch(port: int | None = None, block: bool = True, host: str | None = None):
     """Serve the app (``block=False`` returns at once: tests and scripts use it)."""
+    space.quiet_spaces_reloader(importlib.import_module("gradio.http_server"))
     return demo.launch(
         server_name=host or os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         server_port=port or int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
@@ -758,7 +762,8 @@ def launch(port: int | None = None, block: bool = True, host: str | None = None)
     )
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """Serve until stopped: ``python app.py`` (a Space starts it so) and the ``ensemble-lens`` command."""
     interrupt_on_sigterm()  # `kill PID` stops the server as Ctrl-C does, and the member processes with it
     if os.environ.get("ENSEMBLE_LENS_NO_WARMUP") != "1":
         warm_up()
@@ -766,3 +771,7 @@ if __name__ == "__main__":
         launch()
     finally:
         close_backends()  # the member processes (and a Ray cluster this process started) end with the app
+
+
+if __name__ == "__main__":
+    main()

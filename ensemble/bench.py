@@ -22,8 +22,8 @@ PROMPTS = [
     "Write a Python function that returns the n-th Fibonacci number.",
 ]
 SECTIONS = ("load", "single", "retokenize", "methods", "reasoning", "specem", "backends", "runtimes")
-DEFAULT_DATA = "../shared/data/gsm8k/test.jsonl"
-"""The shared GSM8K test set, relative to the repository root (``ENSEMBLE_LENS_GSM8K`` overrides it)."""
+DEFAULT_DATA = "ensemble/data/gsm8k/test.jsonl"
+"""The GSM8K test set shipped in the package (``ENSEMBLE_LENS_GSM8K`` or ``--data`` overrides it)."""
 
 
 class PeakMemory:
@@ -363,11 +363,11 @@ def reasoning_prompts(data: str | None, limit: int, seed: int) -> tuple[str, lis
     from pathlib import Path
 
     from .errors import SettingsError
-    from .evaluation import build_prompt, load_questions, select_questions
+    from .evaluation import GSM8K_TEST, build_prompt, load_questions, select_questions, shown_path
 
     if limit < 1:
         raise SettingsError(f"--limit must be at least 1; got {limit}.")
-    path = data or os.environ.get("ENSEMBLE_LENS_GSM8K") or str(Path(__file__).resolve().parents[1] / DEFAULT_DATA)
+    path = data or os.environ.get("ENSEMBLE_LENS_GSM8K") or shown_path(GSM8K_TEST)
     if not Path(path).is_file():
         raise SettingsError(f"No GSM8K file at {path}: pass --data PATH.jsonl (or leave reasoning out of --only).")
     questions = select_questions(load_questions(path), limit, seed)

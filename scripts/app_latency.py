@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--prompts", choices=("gsm8k", "same"), default="gsm8k",
-                        help="gsm8k (default): a different GSM8K question of the shared data for every press, as the "
+                        help="gsm8k (default): a different GSM8K question of the test set (ensemble/data/gsm8k) for every press, as the "
                         "app's users bring new prompts (a llama.cpp run then shares only the template head with the last "
                         "run); same: the Natalia question every time (its whole prompt is shared)")
     parser.add_argument("--runtimes", default="auto", help="the Run tab's Runtime choice(s), measured side by side "

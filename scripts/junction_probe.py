@@ -16,7 +16,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ensemble.evaluation import INSTRUCTION, load_questions
+from ensemble.evaluation import GSM8K_TEST, INSTRUCTION, load_questions
 from ensemble.models import ModelPool, quiet_progress
 
 FARMER = "A farmer has 17 sheep. All but 9 run away. Then he buys 4 more. How many sheep does he have now? Think step by step."
@@ -25,7 +25,7 @@ OPENINGS = ["To", "Let", "1", "First", " "]
 
 
 def main() -> None:
-    data = sys.argv[1] if len(sys.argv) > 1 else "/work/shared/data/gsm8k/test.jsonl"
+    data = sys.argv[1] if len(sys.argv) > 1 else str(GSM8K_TEST)
     gemma = ModelPool(dtype="float32", runtime="transformers").get("gemma3", quiet_progress)
     tok = gemma.tokenizer
     prompts = [FARMER] + [f"{q.question}\n{INSTRUCTION}" for q in load_questions(data)[:5]]

@@ -3,7 +3,7 @@
     python scripts/llama_threads_probe.py [--tokens 128]
 
 Two members (qwen and gemma3, llama.cpp runtime) each decode ``--tokens`` tokens after a GSM8K question of the
-shared data (as ``bench`` asks it), greedily:
+test set (ensemble/data/gsm8k, as ``bench`` asks it), greedily:
 one after the other, then at the same time in two Python threads, for 1 and 2 threads per context. If the C
 calls held the GIL, the two-thread run would take as long as the sequential one; if they release it, it takes
 about as long as the slower member alone (on enough cores). Prints seconds and the overlap ratio.

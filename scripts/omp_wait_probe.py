@@ -1,7 +1,7 @@
 """How should llama.cpp's OpenMP threads wait in member processes that share one machine? (Issue 15 probe.)
 
 For each wait policy, a fresh Python process starts the Ray backend (one actor per model, threads by role) and
-times, on one GSM8K question of the shared data with evaluate's instruction, 128 greedy tokens of: qwen alone,
+times, on one GSM8K question of the test set (ensemble/data/gsm8k) with evaluate's instruction, 128 greedy tokens of: qwen alone,
 SAFE on qwen + smollm2 and every-token UniTE on them, each after a short warm-up run. ``default`` is OpenMP's own
 policy (threads spin a while at every barrier, then sleep), ``passive`` sleeps at once (what
 ``ensemble.members.ray_backend.SHARED_CORES_ENV`` gives members on one machine). Compare the rows of one run.
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
+DATA = ROOT / "ensemble" / "data" / "gsm8k" / "test.jsonl"
 POLICIES = {"default": "", "passive": "PASSIVE"}  # an empty OMP_WAIT_POLICY is the user's "leave it": OpenMP's default
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ensemble.evaluation import build_prompt, load_questions, select_questions
+from ensemble.evaluation import GSM8K_TEST, build_prompt, load_questions, select_questions
 from ensemble.methods import generate
 from ensemble.methods.specem import hedge_update
 from ensemble.models import ModelPool, quiet_progress
@@ -31,7 +31,7 @@ def _fmt(weights: dict[str, float]) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--data", default="/work/shared/data/gsm8k/test.jsonl")
+    p.add_argument("--data", default=str(GSM8K_TEST))
     p.add_argument("--limit", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tokens", type=int, default=128)

