@@ -78,6 +78,15 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
   --el-mono: ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberation Mono", monospace;
 }
 .el-strip { line-height: 2.0; font-size: 17px; overflow-wrap: anywhere; }
+/* Every glyph in its own token's box: fonts shape text across inline boxes, so a ligature ("fi", "fl", "ff") or a
+   kerning pair would paint a character inside the neighbouring token's box (S|of|ia drawn as S|ofi|a). Token views
+   turn both off, and contextual alternates with them. */
+.el-strip, .el-tok, .el-grid-block, .el-fork-side, .el-compare, .el-cand-text, .el-key, .el-kept, .el-table,
+.el-chip, .el-swatch, .el-piece, #token-table, #tok-counts, #cmp-table {
+  font-variant-ligatures: none; font-kerning: none;
+  font-feature-settings: "liga" 0, "clig" 0, "dlig" 0, "calt" 0, "kern" 0; }
+/* Code (the text inside ``` fences) in a monospace face, as an editor shows it. */
+.el-tok.code { font-family: var(--el-mono); font-size: 0.92em; }
 .el-tok { white-space: pre-wrap; border-radius: 3px; padding: 1px 0; cursor: pointer;
   box-shadow: inset -1px 0 0 var(--el-sep);
   -webkit-box-decoration-break: clone; box-decoration-break: clone; }
