@@ -165,3 +165,83 @@ def test_every_character_is_painted_inside_its_token(browser, app_url, tmp_path,
         assert_painted_inside(page, ".el-strip", ".el-tok", 80)
         context.close()
 
+
+def _image(data: bytes):
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB")).astype(np.int16)
+
+
+def _match(picture, shot, x0: int, y0: int, reach: int = 8) -> tuple[float, int, int]:
+    """The share of ``shot``'s pixels that differ (by more than 48 in a channel) from ``picture`` at the best
+    offset within ``reach`` px of (x0, y0), and that offset."""
+    h, w = shot.shape[:2]
+    best = (1.0, x0, y0)
+    for dy in range(-reach, reach + 1):
+        for dx in range(-reach, reach + 1):
+            x, y = x0 + dx, y0 + dy
+            if x < 0 or y < 0 or y + h > picture.shape[0] or x + w > picture.shape[1]:
+                continue
+            differ = (abs(picture[y:y + h, x:x + w] - shot).max(axis=2) > 48).mean()
+            best = min(best, (float(differ), x, y))
+    return best
+
+
+def _colour_count(image, hex_colour: str) -> int:
+    rgb = [int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)]
+    return int((abs(image - rgb).max(axis=2) <= 24).sum())
+
+
+def _save_png(page, button: str) -> bytes:
+    page.mouse.move(0, 0)
+    with page.expect_download() as download:
+        page.locator(button).click()
+    return Path(download.value.path()).read_bytes()
+
+
+@pytest.mark.parametrize("where", ["desktop", "phone"])
+def test_the_pngs_are_the_page_drawn_again(browser, app_url, where):
+    """"Save the strip as PNG" and the Tokenizers tab's PNG against screenshots of the same elements at the same
+    scale (2x): the page's font, every token box where the page has it, each decision's underline (unanimous
+    consensus solid, blocked dashed), the selection outline the page shows, and the aligned view's key markers."""
+    from visual.style import DECISION_STYLE
+
+    size = SIZES[where][0]
+    context = browser.new_context(viewport={"width": size[0], "height": size[1]}, device_scale_factor=2,
+                                  accept_downloads=True)
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    page.goto(app_url)
+    page.wait_for_function("() => (document.querySelector('#status')?.innerText || '').includes('recorded run')")
+    page.locator("#strip .el-tok.oov_blocked").nth(1).click()  # a selected token: outlined on the page
+    page.wait_for_function("() => (document.querySelector('#explanation')?.innerText || '').includes('gemma3')")
+    picture = _image(_save_png(page, "#strip-png"))
+    shot = _image(page.locator("#strip").screenshot())
+    legend = page.evaluate("() => document.querySelector('#legend').getBoundingClientRect().height")
+    differ, x, y = _match(picture, shot, 24, round(2 * (12 + legend + 8)))
+    assert differ < 0.02, f"{differ:.1%} of the strip's pixels differ from the page (best at {x},{y})"
+    for decision in ("consensus", "oov_blocked"):  # each decision's underline, in its colour
+        colour = DECISION_STYLE[decision][0]
+        on_page, in_png = _colour_count(shot, colour), _colour_count(picture[y:y + shot.shape[0], x:x + shot.shape[1]], colour)
+        assert on_page > 50 and abs(in_png - on_page) <= 0.1 * on_page, (decision, on_page, in_png)
+    page.get_by_role("tab", name="Tokenizers").click()
+    page.wait_for_function("() => (document.querySelector('#tok-view')?.innerText || '').includes('%')")
+    picture = _image(_save_png(page, "#tok-png"))
+    view = page.locator("#tok-view")
+    view.scroll_into_view_if_needed()
+    shot = _image(view.screenshot())
+    differ, x, y = _match(picture, shot, 24, 24)
+    # (on a phone the view scrolls sideways: the page fades its right edge where the picture shows the whole view)
+    assert differ < 0.03, f"{differ:.1%} of the aligned view's pixels differ from the page (best at {x},{y})"
+    key = page.locator("#tok-view .el-grid-key")
+    assert key.count() and key.first.locator(".el-edge-sample").count() >= 2
+    for sample in key.first.locator(".el-edge-sample").all():  # the legend markers are painted in the picture
+        box = sample.bounding_box()
+        origin = view.bounding_box()
+        left, top = x + round(2 * (box["x"] - origin["x"])), y + round(2 * (box["y"] - origin["y"]))
+        patch = picture[top:top + round(2 * box["height"]), left:left + round(2 * box["width"])]
+        assert patch.size and abs(patch.mean(axis=(0, 1)) - picture[2, 2]).max() > 30, box  # not the background
+    context.close()
