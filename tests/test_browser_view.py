@@ -45,6 +45,9 @@ def test_the_strip_and_its_status_are_in_view_on_load_while_streaming_and_after(
         return r.bottom > 0 && r.top < window.innerHeight && r.height > 0; });
     }""", arg=["strip", "status"], polling=100)
     assert seen.json_value() == [True, True], "while the run streams the strip or its status is off screen"
+    # End it with Stop (a click from the page itself: Playwright would scroll the form's button into view first);
+    # a stopped run ends like a finished one, and a whole answer takes minutes on a busy CPU.
+    page.evaluate("() => document.querySelector('#stop-button').click()")
     page.wait_for_function("() => /Done|Stopped/.test(document.querySelector('#status')?.innerText || '')")
     page.wait_for_timeout(800)  # any scroll the end of the run starts has ended
     assert page.evaluate(IN_VIEW_JS, "strip") and page.evaluate(IN_VIEW_JS, "status")
