@@ -10,15 +10,25 @@ from __future__ import annotations
 
 import json
 
-# What a token box, a grid cell or a line of the strip needs to look the same outside the page.
+# What a token box, a grid cell or a line of the strip needs to look the same outside the page: longhands only (a
+# shorthand such as ``border`` reads "" when its sides differ, and a decision's underline is its bottom border
+# alone), the ligature and kerning switches (else the picture joins "fi" across two tokens again), and sizes.
+_SIDES = ("top", "right", "bottom", "left")
 _PROPS = (
-    "display", "position", "box-sizing", "width", "min-width", "min-height", "margin", "padding", "border",
-    "border-radius", "box-shadow", "outline", "outline-offset", "color", "background-color", "background-image",
-    "background-size", "background-position", "background-repeat", "opacity", "font-family", "font-size",
-    "font-weight", "font-style", "font-variant-numeric", "line-height", "letter-spacing", "white-space",
-    "text-decoration", "text-underline-offset", "vertical-align", "text-align", "grid-template-columns",
-    "grid-row", "grid-column", "row-gap", "column-gap", "justify-self", "align-self", "align-items",
-    "justify-content", "flex-direction", "flex-wrap", "flex-basis", "gap", "z-index", "overflow-wrap", "word-break",
+    "display", "position", "box-sizing", "width", "height", "min-width", "min-height", "max-width",
+    *(f"margin-{s}" for s in _SIDES), *(f"padding-{s}" for s in _SIDES),
+    *(f"border-{s}-{p}" for s in _SIDES for p in ("width", "style", "color")),
+    "border-top-left-radius", "border-top-right-radius", "border-bottom-right-radius", "border-bottom-left-radius",
+    "box-shadow", "outline-style", "outline-width", "outline-color", "outline-offset", "color", "background-color",
+    "background-image", "background-size", "background-position", "background-repeat", "background-clip",
+    "background-origin", "opacity", "visibility", "font-family", "font-size", "font-weight", "font-style", "font-stretch",
+    "font-variant-numeric", "font-variant-ligatures", "font-kerning", "font-feature-settings", "line-height",
+    "letter-spacing", "word-spacing", "white-space", "tab-size", "text-transform", "text-decoration-line",
+    "text-decoration-style", "text-decoration-color", "text-decoration-thickness", "text-underline-offset",
+    "vertical-align", "text-align", "grid-template-columns", "grid-template-rows", "grid-row-start", "grid-row-end",
+    "grid-column-start", "grid-column-end", "row-gap", "column-gap", "justify-self", "align-self", "align-items",
+    "justify-content", "flex-direction", "flex-wrap", "flex-basis", "flex-grow", "flex-shrink", "z-index",
+    "overflow-wrap", "word-break", "box-decoration-break", "-webkit-box-decoration-break",
 )
 
 _TEMPLATE = """async () => {
@@ -48,6 +58,41 @@ _TEMPLATE = """async () => {
   const frame = document.createElement('div');
   frame.setAttribute('style', 'padding:' + pad + 'px;background:' + paint + ';display:inline-block;color:' + getComputedStyle(node).color);
   nodes.forEach((n) => frame.appendChild(copy(n)));
+  // The picture is an image: it reaches no font of the page. Every @font-face of a family the view uses goes in,
+  // its file read back from the page's own origin as a data: URL (a face that cannot be read keeps the fallback).
+  const families = new Set();
+  [frame, ...frame.querySelectorAll('*')].forEach((el) => (el.style.fontFamily || '').split(',')
+    .forEach((f) => families.add(f.trim().replace(/^["']|["']$/g, '').toLowerCase())));
+  const faces = [];
+  for (const sheet of document.styleSheets) {
+    let rules = [];
+    try { rules = [...sheet.cssRules]; } catch (e) { continue; }  // another origin's sheet: not readable
+    for (const rule of rules) {
+      if (!(rule instanceof CSSFontFaceRule)) continue;
+      const family = rule.style.getPropertyValue('font-family').trim().replace(/^["']|["']$/g, '');
+      if (!families.has(family.toLowerCase())) continue;
+      const src = rule.style.getPropertyValue('src');
+      const found = /url\\(["']?([^"')]+)["']?\\)/.exec(src);
+      if (!found) continue;
+      try {
+        const url = new URL(found[1], sheet.href || location.href);
+        if (url.origin !== location.origin && url.protocol !== 'data:') continue;
+        const blob = await (await fetch(url)).blob();
+        const data = await new Promise((done, fail) => {
+          const reader = new FileReader(); reader.onload = () => done(reader.result); reader.onerror = fail;
+          reader.readAsDataURL(blob);
+        });
+        faces.push('@font-face{font-family:"' + family + '";src:url(' + data + ');font-weight:' +
+          (rule.style.getPropertyValue('font-weight') || 'normal') + ';font-style:' +
+          (rule.style.getPropertyValue('font-style') || 'normal') + ';}');
+      } catch (e) { /* keep the fallback face */ }
+    }
+  }
+  if (faces.length) {
+    const style = document.createElement('style');
+    style.textContent = faces.join('\\n');
+    frame.prepend(style);
+  }
   document.body.appendChild(frame);  // measured once laid out at the clone's width
   const height = Math.ceil(frame.getBoundingClientRect().height);
   const total = Math.ceil(frame.getBoundingClientRect().width);

@@ -50,10 +50,28 @@ GSM8K, ``DEFAULT_ENSEMBLE``); the others on all three embedded models, whose thr
 (gemma3 holds "Sofia" whole where qwen and smollm2 split it). The app opens on the first example."""
 EXAMPLE_LABELS = ["Names: Sofia in Plovdiv (SAFE)", "Math: Natalia's clips (SAFE)", "Digits: 1234 + 5678 (UniTE)",
                   "Code: a palindrome check (SpecEM)", "Other languages: good morning (GaC)"]
+FILLED = "el-when-filled"
+"""An output box (a file to download, a chart) shown only once it holds something (a rule in visual.style): no empty
+boxes before anything runs."""
 CHARTS_HINT = '<p class="el-muted">Click a token: each model\'s top choices and the fused distribution appear here.</p>'
-SCROLL_TO_STRIP_JS = "() => { document.getElementById('status')?.scrollIntoView({behavior: 'smooth', block: 'start'}); }"
-"""Run (button or Enter) brings the status line and the strip below it into view (on a short screen they start
-below the fold)."""
+SCROLL_TO_STRIP_JS = """() => {
+  const status = document.getElementById('status');
+  if (!status) return;
+  const top = status.getBoundingClientRect().top;
+  if (top < 0 || top > window.innerHeight - 160) status.scrollIntoView({behavior: 'smooth', block: 'start'});
+}"""
+"""Run (button or Enter) brings the status line and the strip below it into view where they are not (on a phone the
+result sits above the form; beside it on a wider screen, where nothing needs to move)."""
+STATUS_JS = f"""
+const bring = {SCROLL_TO_STRIP_JS};
+document.addEventListener('click', (event) => {{
+  if (event.target.closest('#run-button')) setTimeout(bring, 50);
+}});
+document.addEventListener('keydown', (event) => {{
+  if (event.key === 'Enter' && !event.shiftKey && event.target.closest('#prompt')) setTimeout(bring, 50);
+}});
+"""
+"""Listens for Run from the status line's own script (an event with only ``js`` did not run on the click here)."""
 PROJECTOR_JS = """(on) => {
   (document.querySelector('.gradio-container') || document.body).classList.toggle('el-large', on);
   return on;
@@ -144,36 +162,38 @@ def build_run_tab(model_choices: list[str], runtimes: list[str] = ("auto",), run
     first_prompt, first_method, first_models = EXAMPLES[0]
     method = gr.Radio(METHOD_CHOICES, value=first_method, label="Method", elem_id="method", render=False)
     model_box = gr.CheckboxGroup(model_choices, value=first_models, label="Models", elem_id="models", render=False)
-    with gr.Row():
-        with gr.Column(scale=3):
+    # The form and the result side by side on a laptop (the strip and its status in the first screen, at once and
+    # while a run streams); on a phone the result comes first (the ``run-output`` rule in visual.style).
+    with gr.Row(elem_id="run-main", equal_height=False):
+        with gr.Column(scale=2, min_width=300, elem_id="run-form"):
             prompt = gr.Textbox(label="Prompt", lines=3, max_lines=12, placeholder="Ask something…", elem_id="prompt",
                                 value=first_prompt)
+            with gr.Row():
+                run_button = gr.Button("Run", variant="primary", elem_id="run-button", scale=2)
+                stop_button = gr.Button("Stop", variant="stop", elem_id="stop-button", scale=1)
+                strip_count = gr.Number(value=0, visible=False, precision=0, elem_id="strip-count")
+                link_button = gr.Button("🔗 Copy link", elem_id="link-button", scale=1, min_width=130)
+            link_box = gr.Textbox(label="Link to this prompt, method, models, settings and token (copied)", visible=False,
+                                  interactive=False, elem_id="link-box", buttons=["copy"])
             with gr.Accordion("Examples (click one to fill the form)", open=True, elem_id="examples") as examples_box:
                 examples = gr.Examples(EXAMPLES, inputs=[prompt, method, model_box], cache_examples=False, example_labels=EXAMPLE_LABELS,
                                        label="Names, numbers, math, code, other languages")
-        with gr.Column(scale=2):
             method.render()
             with gr.Row():
                 model_box.render()
                 drafter = gr.Dropdown(first_models, value=first_models[0], label="SAFE drafter", elem_id="drafter")  # SAFE only
-    with gr.Accordion("Engine settings", open=False):
-        runtime_radio = gr.Radio(list(runtimes), value=runtime, label="Runtime", info=RUNTIME_INFO, elem_id="runtime")
-        controls = engine_controls()
-    with gr.Row():
-        run_button = gr.Button("Run", variant="primary", elem_id="run-button", scale=3)
-        stop_button = gr.Button("Stop", variant="stop", elem_id="stop-button", scale=2)
-        strip_count = gr.Number(value=0, visible=False, precision=0, elem_id="strip-count")
-        link_button = gr.Button("🔗 Copy link", elem_id="link-button", scale=1)
-    link_box = gr.Textbox(label="Link to this prompt, method, models, settings and token (copied)", visible=False,
-                          interactive=False, elem_id="link-box", buttons=["copy"])
-    gr.HTML('<p class="el-muted el-keys">Keys: ← → step through the tokens, n / p jump to the next / previous '
-            "blocked or replaced token.</p>")
-    status = gr.HTML(elem_id="status")  # HTML built by visual.status_html: Markdown would fetch ![x](url)
-    legend = gr.HTML(elem_id="legend")
-    strip = gr.HTML(value="", elem_id="strip", elem_classes=["el-strip"], js_on_load=STRIP_JS)
-    with gr.Row():
-        strip_png = gr.Button("Save the strip as PNG", size="sm", elem_id="strip-png", scale=0, min_width=180)
-    strip_png.click(None, js=png.STRIP_PNG_JS)  # drawn in the browser: nothing to send to the server
+            with gr.Accordion("Engine settings", open=False):
+                runtime_radio = gr.Radio(list(runtimes), value=runtime, label="Runtime", info=RUNTIME_INFO, elem_id="runtime")
+                controls = engine_controls()
+        with gr.Column(scale=3, min_width=300, elem_id="run-output"):
+            status = gr.HTML(elem_id="status", js_on_load=STATUS_JS)  # HTML built by visual.status_html: Markdown would fetch ![x](url)
+            legend = gr.HTML(elem_id="legend")
+            strip = gr.HTML(value="", elem_id="strip", elem_classes=["el-strip"], js_on_load=STRIP_JS)
+            with gr.Row():
+                strip_png = gr.Button("Save the strip as PNG", size="sm", elem_id="strip-png", scale=0, min_width=180)
+            strip_png.click(None, js=png.STRIP_PNG_JS)  # drawn in the browser: nothing to send to the server
+            gr.HTML('<p class="el-muted el-keys">Keys: ← → step through the tokens, n / p jump to the next / previous '
+                    "blocked or replaced token.</p>")
     with gr.Row():
         with gr.Column(scale=1):
             explanation = gr.HTML(elem_id="explanation")
@@ -240,7 +260,8 @@ def build_tokenizer_tab(model_choices: list[str], default_models: list[str]) -> 
         tok_save = gr.Button("Save this view as one HTML page", elem_id="tok-save", scale=1)
         tok_png = gr.Button("Save as PNG", elem_id="tok-png", scale=1)
         tok_png.click(None, js=png.TOKENIZERS_PNG_JS)
-        tok_html = gr.File(label="Aligned view (HTML, opens offline)", elem_id="tok-html", scale=3)
+        tok_html = gr.File(label="Aligned view (HTML, opens offline)", elem_id="tok-html", scale=3, interactive=False,
+                           elem_classes=[FILLED])
     return TokenizerTab(tok_text, tok_models, tok_ws, tok_ids, tok_button, tok_view, tok_counts, tok_save, tok_html)
 
 
@@ -275,8 +296,9 @@ def build_compare_tab(model_choices: list[str], default_models: list[str]) -> Co
     cmp_view = gr.HTML(elem_id="cmp-view", js_on_load=COMPARE_JS)
     cmp_inspect = gr.HTML('<p class="el-muted">Click a token in a card to see why.</p>', elem_id="cmp-inspect")
     cmp_table = gr.Dataframe(label="Stats (a run per column)", elem_id="cmp-table", wrap=True, pinned_columns=1)
-    cmp_plot = gr.Plot(label="Latency and E/T", elem_id="cmp-plot")
-    cmp_html = gr.File(label="This comparison as one page (HTML, opens offline)", elem_id="cmp-html")
+    cmp_plot = gr.Plot(label="Latency and E/T", elem_id="cmp-plot", elem_classes=[FILLED])
+    cmp_html = gr.File(label="This comparison as one page (HTML, opens offline)", elem_id="cmp-html", interactive=False,
+                       elem_classes=[FILLED])
     return CompareTab(cmp_prompt, cmp_methods, cmp_models, cmp_tokens, cmp_button, cmp_stop, cmp_view, cmp_table, cmp_plot, cmp_html,
                       cmp_status, cmp_inspect)
 
@@ -298,9 +320,9 @@ def build_trace_tab() -> TraceTab:
     )
     with gr.Row():
         export_button = gr.Button("Export current run", elem_id="export-button")
-        json_file = gr.File(label="Trace (JSON)", elem_id="json-file")
-        csv_file = gr.File(label="Tokens (CSV)", elem_id="csv-file")
-        html_file = gr.File(label="Page (HTML, opens offline)", elem_id="html-file")
+        json_file = gr.File(label="Trace (JSON)", elem_id="json-file", interactive=False, elem_classes=[FILLED])
+        csv_file = gr.File(label="Tokens (CSV)", elem_id="csv-file", interactive=False, elem_classes=[FILLED])
+        html_file = gr.File(label="Page (HTML, opens offline)", elem_id="html-file", interactive=False, elem_classes=[FILLED])
     upload = gr.File(label="Load a trace (.json)", file_types=[".json"], type="filepath", elem_id="upload")
     trace_status = gr.HTML(elem_id="trace-status")  # what the upload did, or why the file was refused
     return TraceTab(export_button, json_file, csv_file, html_file, upload, trace_status)
@@ -321,6 +343,6 @@ def build_results_tab(have_committed_results: bool) -> ResultsTab:
     results_ours = gr.Button("Open this project's GSM8K run (docs/results.md)", size="sm", visible=have_committed_results)
     results_view = gr.HTML(elem_id="results-view")
     with gr.Row():
-        results_plot_a = gr.Plot(label="Accuracy vs seconds per question")
-        results_plot_b = gr.Plot(label="E/T per method")
+        results_plot_a = gr.Plot(label="Accuracy vs seconds per question", elem_id="results-plot-a", elem_classes=[FILLED])
+        results_plot_b = gr.Plot(label="E/T per method", elem_id="results-plot-b", elem_classes=[FILLED])
     return ResultsTab(results_file, results_ours, results_view, results_plot_a, results_plot_b)

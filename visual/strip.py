@@ -22,6 +22,15 @@ from .style import CONSENSUS_KINDS, DECISION_LABELS, END_MARKER, legend_html, mo
 ZERO_WIDTH_MARKER = "◦"
 
 
+FENCE = "```"
+
+
+def in_code(text: str, start: int, end: int) -> bool:
+    """Whether the characters ``start:end`` of ``text`` are code: inside a ``` fence (or the fence itself). Reads only
+    ``text[:end]``, so a streamed strip draws a token the same before and after the rest of the answer arrives."""
+    return text.count(FENCE, 0, start) % 2 == 1 or FENCE in text[max(0, start - 2) : end]
+
+
 def token_groups(tokens: list[TokenRecord]) -> list[list[TokenRecord]]:
     """Consecutive records with the same non-empty span (byte tokens of one character) form one group."""
     groups: list[list[TokenRecord]] = []
@@ -128,6 +137,8 @@ class StripBuilder:
                 classes.append("round-start")
             self._last_round = record.round
         piece = text[record.start : record.end]
+        if in_code(text, record.start, record.end):
+            classes.append("code")
         if rd.is_end(record, len(text)):
             classes += ["zw", "eos"]
             body = END_MARKER

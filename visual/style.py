@@ -78,6 +78,15 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
   --el-mono: ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberation Mono", monospace;
 }
 .el-strip { line-height: 2.0; font-size: 17px; overflow-wrap: anywhere; }
+/* Every glyph in its own token's box: fonts shape text across inline boxes, so a ligature ("fi", "fl", "ff") or a
+   kerning pair would paint a character inside the neighbouring token's box (S|of|ia drawn as S|ofi|a). Token views
+   turn both off, and contextual alternates with them. */
+.el-strip, .el-tok, .el-grid-block, .el-fork-side, .el-compare, .el-cand-text, .el-key, .el-kept, .el-table,
+.el-chip, .el-swatch, .el-piece, #token-table, #tok-counts, #cmp-table {
+  font-variant-ligatures: none; font-kerning: none;
+  font-feature-settings: "liga" 0, "clig" 0, "dlig" 0, "calt" 0, "kern" 0; }
+/* Code (the text inside ``` fences) in a monospace face, as an editor shows it. */
+.el-tok.code { font-family: var(--el-mono); font-size: 0.92em; }
 .el-tok { white-space: pre-wrap; border-radius: 3px; padding: 1px 0; cursor: pointer;
   box-shadow: inset -1px 0 0 var(--el-sep);
   -webkit-box-decoration-break: clone; box-decoration-break: clone; }
@@ -159,9 +168,21 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
 .el-large .el-grid-block { font-size: 22px !important; }
 .el-large .el-explain, .el-large .el-legend, .el-large .el-fork-side { font-size: 20px !important; }
 .el-large .el-swatch, .el-large .el-grid-label, .el-large .el-grid-key { font-size: 16px !important; }
+/* An output box that holds nothing yet (no file to download, no chart) takes no room (ui.tabs.FILLED). */
+.el-when-filled:not(:has(a[href], .js-plotly-plot)) { display: none !important; }
+/* A token id sits above the boundary lines of the aligned view: a line through "35147" would read "35|147". */
+.el-id { position: relative; z-index: 2; padding: 0 2px; border-radius: 2px;
+  background: var(--background-fill-primary, Canvas); }
 /* Phones: wide tables and grids scroll sideways inside their box, with a fading edge as the cue. */
 @media (max-width: 600px) {
   .el-strip { font-size: 16px; }
+  /* The result first, then the form (beside each other on wider screens); no keys hint without a keyboard. */
+  #run-output { order: -1; }
+  .el-keys { display: none; }
+  /* Row labels wrap ("smollm2 (verifier)" on two lines) so the inspector's rows fit; no chart toolbar over the
+     chart's title (a phone zooms and pans by touch). */
+  .el-grid-label { white-space: normal; max-width: 5.5em; line-height: 1.2; }
+  .js-plotly-plot .modebar-container { display: none !important; }
   .el-table { display: block; }
   .el-table, .el-grid-wrap { overflow-x: auto; max-width: 100%;
     background: linear-gradient(to left, var(--el-faint), transparent 24px) right / 24px 100% no-repeat local; }
