@@ -18,8 +18,15 @@ def write_html_report(out: str | os.PathLike, summary: list[dict], meta: dict) -
     except ImportError as exc:
         print(f"warning: report.html not written: the visual package is not available ({exc}).", file=sys.stderr)
         return False
+    from visual.evalreport import explorer_sections
+
+    from ..evaluation.decision_stats import decision_stats
+    from ..evaluation.explorer import open_folder
+
     title = f"Ensemble Lens evaluation: {Path(meta.get('data', {}).get('path', 'data')).name}, {meta.get('selected', '?')} questions"
-    write_report([dict(r) for r in summary], Path(out) / "report.html", title, report_meta(meta))
+    folder = open_folder(out)
+    extra, figures = explorer_sections(folder, decision_stats(folder), out)
+    write_report([dict(r) for r in summary], Path(out) / "report.html", title, report_meta(meta), extra, figures)
     return True
 
 
