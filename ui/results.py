@@ -22,7 +22,7 @@ from ensemble.evaluation.explorer import FILTERS, SORTS, Folder, filter_question
 from visual.evalstats import decisions_figure, first_replacement_figure, stats_html, weights_trajectories_figure
 from visual.explorer import answer_html, divergence_html, grid_html
 
-from .views import ResultsView
+from .views import KEEP, ResultsView
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED_RUN = ROOT / "docs" / "results" / "gsm8k-60-llamacpp"
@@ -35,22 +35,23 @@ SORT_CHOICES = [(text, key) for key, text in SORTS.items()]
 
 
 class ExplorerView(NamedTuple):
-    """The explorer's components (``ui.tabs.ResultsTab``), filled when an evaluation folder opens."""
+    """The explorer's components (``ui.tabs.ResultsTab``), filled when an evaluation folder opens (a field left at
+    ``KEEP`` leaves its component as it is)."""
 
-    explorer_box: Any = None
-    grid_filter: Any = None
-    grid_ensemble: Any = None
-    grid_order: Any = None
-    grid: Any = ""
-    cell_note: Any = ""
-    part_qid: Any = None
-    part_a: Any = None
-    part_b: Any = None
-    part_view: Any = ""
-    stats_view: Any = ""
-    stats_plot_a: Any = None
-    stats_plot_b: Any = None
-    stats_plot_c: Any = None
+    explorer_box: Any = KEEP
+    grid_filter: Any = KEEP
+    grid_ensemble: Any = KEEP
+    grid_order: Any = KEEP
+    grid: Any = KEEP
+    cell_note: Any = KEEP
+    part_qid: Any = KEEP
+    part_a: Any = KEEP
+    part_b: Any = KEEP
+    part_view: Any = KEEP
+    stats_view: Any = KEEP
+    stats_plot_a: Any = KEEP
+    stats_plot_b: Any = KEEP
+    stats_plot_c: Any = KEEP
 
 
 def show_summary(file) -> ResultsView:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from urllib.parse import quote
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 from .escape import safe
 from .evalstats import stats_figures, stats_html
@@ -80,8 +80,8 @@ def explorer_sections(folder: Folder, stats: dict, out: str | Path | None = None
         if cell.outcome == "missing":
             continue
         link = ""
-        if cell.traced and out is not None:
-            trace = folder.trace(q, m)
+        trace = folder.readable_trace(q, m) if cell.traced and out is not None else None
+        if trace is not None:
             page = Path(out) / answer_page(m, q)
             page.parent.mkdir(parents=True, exist_ok=True)
             page.write_text(run_document(trace), encoding="utf-8")

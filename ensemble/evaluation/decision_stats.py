@@ -58,7 +58,7 @@ def decision_stats(folder: Folder) -> dict:
     for method in folder.methods:
         counts, tokens, answers = Counter(), 0, 0
         for qid in folder.question_ids:
-            row, trace = folder.row(qid, method), folder.trace(qid, method)
+            row, trace = folder.row(qid, method), folder.readable_trace(qid, method)
             if row is None or trace is None:
                 continue
             answers += 1

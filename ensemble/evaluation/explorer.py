@@ -88,6 +88,14 @@ class Folder:
         """The answer's trace, or None when the folder kept none for it."""
         return load_trace(self.path, qid, method) if (qid, method) in self.traced else None
 
+    def readable_trace(self, qid: int, method: str):
+        """:meth:`trace`, with a damaged trace file counted as none (statistics and reports skip it; opening that
+        answer says why)."""
+        try:
+            return self.trace(qid, method)
+        except EvaluationError:
+            return None
+
     def singles(self) -> list[str]:
         return [m for m in self.methods if m.startswith("single:")]
 
