@@ -68,19 +68,25 @@ def answer_page(method: str, qid: int) -> str:
     return f"{ANSWERS}/{method_folder(method)}/{int(qid)}.html"
 
 
-def explorer_sections(folder: Folder, stats: dict, out: str | Path | None = None) -> tuple[str, list]:
-    """(HTML of the grid, its panel and the statistics' tables; the statistics' figures). With ``out``, each
-    traced answer's page is written under ``out/answers/`` and its panel links to it."""
+ANSWER_PAGES = ("disagree", "all", "none")
+"""Which answers get their own page: those of the questions where the methods disagree (the default: a page holds
+every token's explanation, some hundred kB for a long answer), every answer, or none."""
+
+
+def explorer_sections(folder: Folder, stats: dict, out: str | Path | None = None, pages: str = "disagree") -> tuple[str, list]:
+    """(HTML of the grid, its panel and the statistics' tables; the statistics' figures). With ``out``, the traced
+    answers ``pages`` names (:data:`ANSWER_PAGES`) get their own page under ``out/answers/``, linked from their panel."""
     from ensemble.evaluation.explorer import FILTERS, SORTS, filter_questions
 
     ensembles = folder.ensembles() or [""]
     views = {f"{k}|{e}|{s}": filter_questions(folder, k, e or None, s) for k in FILTERS for e in ensembles for s in SORTS}
+    paged = set(folder.question_ids if pages == "all" else filter_questions(folder, "disagree") if pages == "disagree" else [])
     answers = {}
     for (q, m), cell in folder.cells().items():
         if cell.outcome == "missing":
             continue
         link = ""
-        trace = folder.readable_trace(q, m) if cell.traced and out is not None else None
+        trace = folder.readable_trace(q, m) if cell.traced and out is not None and q in paged else None
         if trace is not None:
             page = Path(out) / answer_page(m, q)
             page.parent.mkdir(parents=True, exist_ok=True)

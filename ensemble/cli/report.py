@@ -11,7 +11,7 @@ from pathlib import Path
 from ..evaluation import rebuild_report, report_meta
 
 
-def write_html_report(out: str | os.PathLike, summary: list[dict], meta: dict) -> bool:
+def write_html_report(out: str | os.PathLike, summary: list[dict], meta: dict, pages: str = "disagree") -> bool:
     """``report.html`` through the visual layer; False (with a warning) when that layer is not installed."""
     try:
         from visual import write_report
@@ -25,13 +25,16 @@ def write_html_report(out: str | os.PathLike, summary: list[dict], meta: dict) -
 
     title = f"Ensemble Lens evaluation: {Path(meta.get('data', {}).get('path', 'data')).name}, {meta.get('selected', '?')} questions"
     folder = open_folder(out)
-    extra, figures = explorer_sections(folder, decision_stats(folder), out)
+    extra, figures = explorer_sections(folder, decision_stats(folder), out, pages)
     write_report([dict(r) for r in summary], Path(out) / "report.html", title, report_meta(meta), extra, figures)
     return True
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("out", help="an evaluation folder (holding meta.json and rows.jsonl)")
+    p.add_argument("--answer-pages", choices=("disagree", "all", "none"), default="disagree",
+                   help="which traced answers get their own page (strip and inspector) under DIR/answers/: those of the "
+                        "questions where the methods disagree (default), all, or none")
     p.set_defaults(func=cmd_report)
 
 
@@ -43,5 +46,5 @@ def print_summary(out: str | os.PathLike) -> int:
 
 
 def cmd_report(args) -> int:
-    rebuild_report(args.out, write_html=write_html_report)
+    rebuild_report(args.out, write_html=lambda out, summary, meta: write_html_report(out, summary, meta, args.answer_pages))
     return print_summary(args.out)
