@@ -38,12 +38,17 @@ def test_filter_the_grid_click_a_cell_and_see_its_strip(page, tmp_path):
     page.locator("#results-file input[type=file]").set_input_files(str(_zip(tmp_path)))
     page.wait_for_selector("#grid .el-cell")
     assert page.locator("#grid tbody tr").count() == 3
-    expected = filter_questions(folder, "disagree")
+    rows = "rows => rows.map(r => parseInt(r.dataset.qid, 10))"
+    expected = filter_questions(folder, "disagree")  # none: at 64 tokens every answer of the fixture is cut short
     _pick(page, "grid-filter", "questions where the methods disagree")
     page.wait_for_function(f"() => document.querySelectorAll('#grid tbody tr').length === {len(expected)}")
-    shown = [int(q) for q in page.locator("#grid tbody tr").evaluate_all("rows => rows.map(r => r.dataset.qid)")]
-    assert shown == expected
-    qid = expected[0] if expected else 0
+    assert page.locator("#grid tbody tr").evaluate_all(rows) == expected
+    expected = filter_questions(folder, "all_wrong", sort="qid_desc")
+    _pick(page, "grid-filter", "every method wrong")
+    _pick(page, "grid-order", "question number, last first")
+    page.wait_for_function(f"() => document.querySelector('#grid tbody tr')?.dataset.qid === '{expected[0]}'")
+    assert page.locator("#grid tbody tr").evaluate_all(rows) == expected == [2, 1, 0]
+    qid = expected[0]
     trace = folder.trace(qid, "safe-unite")
     page.locator(f'#grid .el-cell[data-qid="{qid}"][data-method="safe-unite"]').click()
     page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('answer of the evaluation')")

@@ -119,6 +119,8 @@ def test_report_html_has_the_grid_its_filters_and_the_statistics(folder, tmp_pat
     out = tmp_path / "gsm8k-3"
     shutil.copytree(FIXTURE, out)
     rebuild_report(out, write_html=write_html_report)
+    assert not (out / "answers").exists()  # answer pages only when asked
+    assert cli_main(["report", str(out), "--answer-pages", "disagree"]) == 0
     html = (out / "report.html").read_text(encoding="utf-8")
     assert html.count('class="el-cell') == 9 and 'id="el-filter"' in html and 'id="el-order"' in html
     views = json.loads(re.search(r'id="el-grid-views">(.*?)</script>', html).group(1))

@@ -167,7 +167,19 @@ def parting_view(folder: Folder | None, qid, a, b) -> str:
 
 
 def explain_answers(trace_a: dict | str, trace_b: dict | str, label_a: str = "A", label_b: str = "B") -> dict:
-    """Where two answers part and what each run decided there (the API and MCP tool; ``app.py`` wires it)."""
+    """Where two answers part and what each run decided there: the first differing character, each run's token
+    there, and one sentence per run with the numbers that decided it (e.g. a replaced draft token's probabilities).
+
+    Args:
+        trace_a: a trace as JSON (what run_ensemble returns, a saved trace, an evaluation's kept trace).
+        trace_b: another trace of the same prompt (another method, or a fork).
+        label_a: how to name the first run in the sentences.
+        label_b: how to name the second run.
+
+    Returns:
+        {"methods", "divergence" (characters shared; null: equal), "tokens" (each run's token index there),
+        "decisions" (a sentence per run), "summary", "texts", "diff" (word-level)}.
+    """
     import json
 
     from ensemble.evaluation.divergence import divergence
@@ -181,7 +193,13 @@ def explain_answers(trace_a: dict | str, trace_b: dict | str, label_a: str = "A"
 
 
 def explain_run(qid: int, methods: str) -> dict:
-    """Where two methods' answers to question ``qid`` of this project's GSM8K run part (the API and MCP tool)."""
+    """Where two methods' answers to one question of this project's GSM8K run (docs/results.md) part, and what
+    each run decided there (as explain_answers; the run must have kept traces).
+
+    Args:
+        qid: the question number (a GSM8K test line, as the Results tab's grid shows it).
+        methods: two method labels of that run, comma-separated, e.g. "single:qwen,safe-unite".
+    """
     try:
         folder = open_folder(COMMITTED_RUN)
         pair = tuple(m.strip() for m in str(methods or "").split(",") if m.strip())

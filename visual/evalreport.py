@@ -2,24 +2,20 @@
 script, no library), a click on a cell showing that answer (its text; with traces, a link to the answer's own page
 with its strip and inspector, :func:`visual.export.run_document`), and the decision statistics.
 
-The filters' question lists are computed here (by the engine's :func:`filter_questions`) and embedded as JSON, so
-the page shows exactly what the app shows.
+The filters' question lists come from the engine (:func:`ensemble.evaluation.explorer.filter_questions`, called by
+the command line) and are embedded as JSON, so the page shows exactly what the app shows.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from .escape import safe
 from .evalstats import stats_figures, stats_html
 from .explorer import EXPLORER_CSS, answer_html, grid_html
 from .export import run_document
-
-if TYPE_CHECKING:
-    from ensemble.evaluation.explorer import Folder
 
 ANSWERS = "answers"
 
@@ -62,25 +58,27 @@ def _select(element_id: str, label: str, options: list[tuple[str, str]]) -> str:
 
 
 def answer_page(method: str, qid: int) -> str:
-    """The answer page's path relative to the report (``answers/<method folder>/<qid>.html``)."""
-    from ensemble.evaluation.traces import method_folder
-
-    return f"{ANSWERS}/{method_folder(method)}/{int(qid)}.html"
+    """The answer page's path relative to the report (``answers/<method quoted for file names>/<qid>.html``)."""
+    return f"{ANSWERS}/{quote(method, safe='-_.') or '%20'}/{int(qid)}.html"
 
 
-ANSWER_PAGES = ("disagree", "all", "none")
-"""Which answers get their own page: those of the questions where the methods disagree (the default: a page holds
-every token's explanation, some hundred kB for a long answer), every answer, or none."""
+ANSWER_PAGES = ("none", "disagree", "all")
+"""Which answers get their own page: none (the default: a page holds every token's explanation, 0.4-0.5 MB at 64
+tokens), those of the questions where the methods disagree, or every answer."""
 
 
-def explorer_sections(folder: Folder, stats: dict, out: str | Path | None = None, pages: str = "disagree") -> tuple[str, list]:
-    """(HTML of the grid, its panel and the statistics' tables; the statistics' figures). With ``out``, the traced
-    answers ``pages`` names (:data:`ANSWER_PAGES`) get their own page under ``out/answers/``, linked from their panel."""
-    from ensemble.evaluation.explorer import FILTERS, SORTS, filter_questions
+def explorer_sections(folder, stats: dict, views: dict[str, list[int]], filters: dict[str, str], sorts: dict[str, str],
+                      out: str | Path | None = None, paged: set[int] | frozenset = frozenset()) -> tuple[str, list]:
+    """(HTML of the grid, its panel and the statistics' tables; the statistics' figures).
 
+    Args:
+        folder: the opened evaluation folder (``ensemble.evaluation.explorer.Folder``).
+        stats: its decision statistics (``ensemble.evaluation.decision_stats.decision_stats``).
+        views: ``"filter|ensemble|order"`` -> the questions shown, in order (the engine's ``filter_questions``).
+        filters, sorts: the filters' and orders' keys and labels.
+        out: the folder to write answer pages into; ``paged``: the questions whose traced answers get one.
+    """
     ensembles = folder.ensembles() or [""]
-    views = {f"{k}|{e}|{s}": filter_questions(folder, k, e or None, s) for k in FILTERS for e in ensembles for s in SORTS}
-    paged = set(folder.question_ids if pages == "all" else filter_questions(folder, "disagree") if pages == "disagree" else [])
     answers = {}
     for (q, m), cell in folder.cells().items():
         if cell.outcome == "missing":
@@ -94,9 +92,9 @@ def explorer_sections(folder: Folder, stats: dict, out: str | Path | None = None
             link = (f'<p><a href="{safe(quote(answer_page(m, q)))}" target="_blank" rel="noopener">Open this answer\'s strip and '
                     "inspector (click any token for why)</a></p>")
         answers[f"{q}|{m}"] = link + answer_html(folder, q, m)
-    controls = (_select("el-filter", "Show", list(FILTERS.items()))
+    controls = (_select("el-filter", "Show", list(filters.items()))
                 + _select("el-ensemble", "ensemble", [(e, e or "–") for e in ensembles])
-                + _select("el-order", "order by", list(SORTS.items())) + '<span id="el-shown" class="el-muted"></span>')
+                + _select("el-order", "order by", list(sorts.items())) + '<span id="el-shown" class="el-muted"></span>')
     best = folder.best_single()
     grid = (f"<h2>Every answer: question × method</h2>"
             f'<p class="el-muted">Best single model: {safe(best or "none")}. Click a cell to read that answer.</p>'

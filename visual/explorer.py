@@ -1,22 +1,16 @@
 """The evaluation explorer's views: the question x method grid, and two answers side by side where they part.
 
-Takes the engine's plain records (:mod:`ensemble.evaluation.explorer` cells, :mod:`ensemble.evaluation.divergence`)
-and returns escaped HTML. Each grid cell carries ``data-qid`` and ``data-method``: the app's click handler and the
-static report's script read them.
+Takes the engine's plain records (an opened folder and its cells, :mod:`ensemble.evaluation.explorer`; a divergence,
+:mod:`ensemble.evaluation.divergence`: read by attribute, never imported here) and returns escaped HTML. Each grid
+cell carries ``data-qid`` and ``data-method``: the app's click handler and the static report's script read them.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from . import forks
 from .escape import safe, whitespace
 from .inspector import explain
 from .splits import tokenization_html
-
-if TYPE_CHECKING:
-    from ensemble.evaluation.divergence import Divergence
-    from ensemble.evaluation.explorer import Cell, Folder
 
 OUTCOME_MARKS = {"right": "✓", "wrong": "✗", "error": "!", "missing": "·"}
 FLAG_MARKS = {"loop": ("↻", "a phrase loop"), "corrupted": ("⌧", "corrupted characters"), "budget": ("⏱", "hit the token budget")}
@@ -43,7 +37,7 @@ EXPLORER_CSS = """
 """
 
 
-def cell_html(cell: Cell) -> str:
+def cell_html(cell) -> str:
     flags = "".join(f'<small title="{safe(FLAG_MARKS[f][1])}">{FLAG_MARKS[f][0]}</small>' for f in cell.flags if f in FLAG_MARKS)
     words = [cell.outcome] + [FLAG_MARKS[f][1] for f in cell.flags if f in FLAG_MARKS]
     title = f"question {cell.qid}, {cell.method}: " + ", ".join(words)
@@ -55,7 +49,7 @@ def cell_html(cell: Cell) -> str:
             f'data-flags="{safe(" ".join(cell.flags))}" title="{safe(title)}">{OUTCOME_MARKS.get(cell.outcome, "?")}{flags}</td>')
 
 
-def grid_html(folder: Folder, question_ids: list[int], picked: tuple[int, str] | None = None) -> str:
+def grid_html(folder, question_ids: list[int], picked: tuple[int, str] | None = None) -> str:
     """The grid: a row per question in ``question_ids`` (filtered and ordered), a column per method with its
     accuracy; a note when the folder kept no traces."""
     cells = folder.cells()
@@ -74,7 +68,7 @@ def grid_html(folder: Folder, question_ids: list[int], picked: tuple[int, str] |
             f'<thead><tr><th>question</th>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
 
 
-def answer_html(folder: Folder, qid: int, method: str) -> str:
+def answer_html(folder, qid: int, method: str) -> str:
     """A cell's answer as text (for folders without traces, and the static report's panel)."""
     row = folder.row(qid, method)
     if row is None:
@@ -86,7 +80,7 @@ def answer_html(folder: Folder, qid: int, method: str) -> str:
             f'<div class="el-fork-side">{whitespace(str(row.get("text") or ""), False)}</div></div>')
 
 
-def divergence_html(div: Divergence) -> str:
+def divergence_html(div) -> str:
     """Both answers side by side with the first difference marked, then each run's decision there: the one-line
     record and the inspector's explanation of that token with its tokenization rows."""
     a, b = div.labels

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..evaluation import rebuild_report, report_meta
 
 
-def write_html_report(out: str | os.PathLike, summary: list[dict], meta: dict, pages: str = "disagree") -> bool:
+def write_html_report(out: str | os.PathLike, summary: list[dict], meta: dict, pages: str = "none") -> bool:
     """``report.html`` through the visual layer; False (with a warning) when that layer is not installed."""
     try:
         from visual import write_report
@@ -21,20 +21,24 @@ def write_html_report(out: str | os.PathLike, summary: list[dict], meta: dict, p
     from visual.evalreport import explorer_sections
 
     from ..evaluation.decision_stats import decision_stats
-    from ..evaluation.explorer import open_folder
+    from ..evaluation.explorer import FILTERS, SORTS, filter_questions, open_folder
 
     title = f"Ensemble Lens evaluation: {Path(meta.get('data', {}).get('path', 'data')).name}, {meta.get('selected', '?')} questions"
     folder = open_folder(out)
-    extra, figures = explorer_sections(folder, decision_stats(folder), out, pages)
+    views = {f"{k}|{e}|{s}": filter_questions(folder, k, e or None, s)
+             for k in FILTERS for e in (folder.ensembles() or [""]) for s in SORTS}
+    paged = set(folder.question_ids if pages == "all" else filter_questions(folder, "disagree") if pages == "disagree" else [])
+    extra, figures = explorer_sections(folder, decision_stats(folder), views, FILTERS, SORTS, out, paged)
     write_report([dict(r) for r in summary], Path(out) / "report.html", title, report_meta(meta), extra, figures)
     return True
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("out", help="an evaluation folder (holding meta.json and rows.jsonl)")
-    p.add_argument("--answer-pages", choices=("disagree", "all", "none"), default="disagree",
-                   help="which traced answers get their own page (strip and inspector) under DIR/answers/: those of the "
-                        "questions where the methods disagree (default), all, or none")
+    p.add_argument("--answer-pages", choices=("none", "disagree", "all"), default="none",
+                   help="which traced answers also get their own page (strip and inspector, 0.4-0.5 MB per 64 tokens) "
+                        "under DIR/answers/, linked from report.html's grid: none (default), those of the questions where "
+                        "the methods disagree, or all")
     p.set_defaults(func=cmd_report)
 
 
