@@ -1,6 +1,6 @@
 """The Results tab's explorer in a real browser: open an evaluation folder (the fixture, uploaded as a .zip), filter
 the question x method grid, click a cell and see that answer's strip in the Run tab; the tab's look at a laptop and
-a phone size (screenshots in assets/screenshots/results-*.png)."""
+a phone size (screenshots of both in the test's temporary folder, to look at)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.embedded]
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "evaluation" / "gsm8k-3"
-SHOTS = ROOT / "assets" / "screenshots"
 
 
 def _zip(tmp_path: Path) -> Path:
@@ -60,7 +59,7 @@ def test_filter_the_grid_click_a_cell_and_see_its_strip(page, tmp_path):
 
 
 @pytest.mark.parametrize("size", [(1366, 768), (390, 844)], ids=["laptop", "phone"])
-def test_results_tab_fits_its_width(browser, app_url, size):
+def test_results_tab_fits_its_width(browser, app_url, size, tmp_path):
     context = browser.new_context(viewport={"width": size[0], "height": size[1]})
     page = context.new_page()
     page.set_default_timeout(120_000)
@@ -77,6 +76,5 @@ def test_results_tab_fits_its_width(browser, app_url, size):
     for box in ("#results-view", "#grid"):
         right = page.locator(box).evaluate("e => e.getBoundingClientRect().right")
         assert right <= size[0] + 1, f"{box} overflows: its right edge at {right} px"
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"results-{'phone' if size[0] < 600 else 'laptop'}.png"), full_page=False)
+    page.screenshot(path=str(tmp_path / f"results-{'phone' if size[0] < 600 else 'laptop'}.png"), full_page=True)
     context.close()
