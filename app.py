@@ -30,7 +30,8 @@ from ensemble.settings import METHODS, Settings
 from ensemble.trace import MAX_TRACE_BYTES, RunTrace
 from ensemble.trace_read import read_trace
 from ui import links, space, tabs
-from ui.api_args import settings_object, token_number, without_path
+from ui import results as results_ui
+from ui.api_args import settings_object, token_number
 from ui.controls import control_values, settings_from_controls
 from ui.files import project_file
 from ui.forking import fork_stream
@@ -447,21 +448,9 @@ def import_trace(file, request: gr.Request) -> RunView:
     return _final_views(trace, visual.strip_html(trace), status)
 
 
-# -- results tab ----------------------------------------------------------------------------------------------
+# -- results tab (ui.results) -----------------------------------------------------------------------------------
 COMMITTED_RESULTS = project_file("docs/results/gsm8k-summary.csv")
-
-
-def show_results(file) -> ResultsView:
-    if file is None:
-        return ResultsView("<p>Upload the summary.csv written by <code>python -m ensemble evaluate</code>.</p>")
-    try:
-        from ensemble.evaluation import load_summary
-
-        rows = load_summary(path := file if isinstance(file, str) else file.name)
-    except EnsembleError as exc:
-        return ResultsView(visual.error_html(without_path(str(exc), path)))  # the upload's name, not the server's path
-    figures = visual.results_figures(rows)
-    return ResultsView(visual.results_html(rows), figures[0] if figures else None, figures[1] if len(figures) > 1 else None)
+show_results = results_ui.show_summary
 
 
 # -- API for scripts ------------------------------------------------------------------------------------------
@@ -575,10 +564,13 @@ def build_app() -> gr.Blocks:
         wire_run_tab(run, trace)
         opened = wire_links(demo, tab_box, run, tok)
         wire_other_tabs(opened, run, tok, cmp, trace, results)
+        wire_results_tab(results, run, tab_box)
         gr.api(run_ensemble, api_name="run_ensemble", concurrency_id="engine", concurrency_limit=RUN_CONCURRENCY)
         gr.api(fork, api_name="fork", concurrency_id="engine", concurrency_limit=RUN_CONCURRENCY)
         gr.api(tokenize, api_name="tokenize", concurrency_id="tokenize", concurrency_limit=4)
         gr.api(explain_token, api_name="explain_token", concurrency_id="tokenize")
+        gr.api(results_ui.explain_answers, api_name="explain_answers", concurrency_id="tokenize")
+        gr.api(results_ui.explain_run, api_name="explain_run", concurrency_id="tokenize")
     demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=RUN_CONCURRENCY)
     return demo
 
@@ -690,16 +682,51 @@ def wire_other_tabs(opened, run: tabs.RunTab, tok: tabs.TokenizerTab, cmp: tabs.
         return updates(trace, export_trace(request))
 
     trace.export_button.click(on_export, outputs=outputs(trace, ExportView), api_visibility="private")
-    results.results_file.upload(lambda file: updates(results, show_results(file)), inputs=[results.results_file],
-                                outputs=outputs(results, ResultsView), api_visibility="private")
-    results.results_ours.click(lambda: updates(results, show_results(str(COMMITTED_RESULTS))),
-                               outputs=outputs(results, ResultsView), api_visibility="private")
     opened.then(on_tokenize, inputs=tok_inputs, outputs=outputs(tok, TokenizerView), api_visibility="private")
 
     def on_load(request: gr.Request):
         return updates(run, first_view(request))
 
     opened.then(on_load, outputs=outputs(run, RunView), api_visibility="private")
+
+
+def wire_results_tab(results: tabs.ResultsTab, run: tabs.RunTab, tab_box: gr.Tabs) -> None:
+    """Open an evaluation, filter its grid, open a cell in the Run tab, compare two answers (``ui.results``)."""
+    shown = [*outputs(results, ResultsView), *outputs(results, results_ui.ExplorerView)]
+
+    def on_open(path, request: gr.Request):
+        summary, explorer, folder = results_ui.open_evaluation(path) if path else (show_results(None), results_ui.ExplorerView(), None)
+        SESSIONS.get(_session(request))["evaluation"] = folder
+        return updates(results, summary) | updates(results, explorer)
+
+    results.results_file.upload(on_open, inputs=[results.results_file], outputs=shown, api_visibility="private")
+    def on_ours(request: gr.Request):
+        return on_open(results_ui.COMMITTED_RUN, request)
+
+    def on_filter(kind, ensemble, order, request: gr.Request):
+        return results_ui.filtered_grid(SESSIONS.get(_session(request)).get("evaluation"), kind, ensemble, order)
+
+    def on_part(qid, a, b, request: gr.Request):
+        return results_ui.parting_view(SESSIONS.get(_session(request)).get("evaluation"), qid, a, b)
+
+    results.results_ours.click(on_ours, outputs=shown, api_visibility="private")
+    grid_inputs = [results.grid_filter, results.grid_ensemble, results.grid_order]
+    for control in grid_inputs:
+        control.input(on_filter, inputs=grid_inputs, outputs=[results.grid], api_visibility="private")
+
+    def on_cell(request: gr.Request, evt: gr.EventData):
+        session = SESSIONS.get(_session(request))
+        trace, note = results_ui.open_cell(session.get("evaluation"), click_data(evt))
+        if trace is None:
+            return {results.cell_note: note}
+        session["job"], session["trace"] = None, trace
+        status = f"Replaying a {trace.method} answer of the evaluation ({len(trace.tokens)} tokens). Click any token."
+        return (updates(run, _final_views(trace, visual.strip_html(trace), status))
+                | {results.cell_note: note, tab_box: gr.Tabs(selected="run")})
+
+    results.grid.click(on_cell, outputs=[*outputs(run, RunView), results.cell_note, tab_box], api_visibility="private")
+    results.part_button.click(on_part, inputs=[results.part_qid, results.part_a, results.part_b], outputs=[results.part_view],
+                              api_visibility="private")
 
 
 def wire_links(demo: gr.Blocks, tab_box: gr.Tabs, run: tabs.RunTab, tok: tabs.TokenizerTab):

@@ -116,7 +116,11 @@ def compare_continuations(original: RunTrace, forked: RunTrace) -> ForkCompariso
     kept = forked.text[:chars]
     if original.text[:chars] != kept:
         raise InputError("The fork does not continue this run: their texts differ before the fork point.")
-    a, b = original.text[chars:], forked.text[chars:]
+    return compare_texts(original.text[chars:], forked.text[chars:], kept)
+
+
+def compare_texts(a: str, b: str, kept: str = "") -> ForkComparison:
+    """Two texts (continuations of ``kept``): the first character where they differ and a word-level diff."""
     n = 0
     while n < min(len(a), len(b)) and a[n] == b[n]:
         n += 1

@@ -17,14 +17,14 @@ def client(app_url):
     return Client(app_url, verbose=False)
 
 
-ENDPOINTS = {"run_ensemble", "tokenize", "fork", "explain_token"}
+ENDPOINTS = {"run_ensemble", "tokenize", "fork", "explain_token", "explain_answers", "explain_run"}
 
 
-def test_api_lists_exactly_the_four_endpoints(client):
+def test_api_lists_exactly_its_endpoints(client):
     assert set(client.view_api(print_info=False, return_format="dict")["named_endpoints"]) == {f"/{e}" for e in ENDPOINTS}
 
 
-def test_agents_use_the_same_four_as_mcp_tools(app_url):
+def test_agents_use_the_same_endpoints_as_mcp_tools(app_url):
     """An MCP client (the ``mcp`` package, streamable HTTP) lists typed, documented tools and calls them."""
     import ast
     import asyncio
@@ -45,11 +45,12 @@ def test_agents_use_the_same_four_as_mcp_tools(app_url):
             trace = ast.literal_eval(ran.content[0].text)  # Gradio sends a result object as its Python text
             why = await session.call_tool("explain_token", {"trace": trace, "index": 1})
             bad = await session.call_tool("explain_token", {"trace": trace, "index": 999})
-            return tools, compared, trace, why, bad
+            parted = await session.call_tool("explain_answers", {"trace_a": trace, "trace_b": trace, "label_a": "a", "label_b": "b"})
+            return tools, compared, trace, why, bad, parted
 
     # in a thread of its own: Playwright's sync API (a session fixture) may hold this thread's running event loop
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        tools, compared, trace, why, bad = pool.submit(asyncio.run, session_calls()).result()
+        tools, compared, trace, why, bad, parted = pool.submit(asyncio.run, session_calls()).result()
     assert set(tools) == ENDPOINTS
     assert "prompt" in tools["run_ensemble"].inputSchema["properties"] and tools["run_ensemble"].description
     assert "index" in tools["explain_token"].inputSchema["properties"]
@@ -60,6 +61,7 @@ def test_agents_use_the_same_four_as_mcp_tools(app_url):
     assert answer["index"] == 1 and answer["decision"] == trace["tokens"][1]["decision"] and len(answer["explanation"]) > 20
     assert not re.search(r"</?(p|b|code|span|div)\b", answer["explanation"])  # plain text, not the inspector's HTML
     assert bad.isError and "is not in this trace" in bad.content[0].text
+    assert ast.literal_eval(parted.content[0].text)["summary"] == ["Both answers are the same text."]
 
 
 def test_fork_endpoint_continues_a_trace_and_compares(client):

@@ -61,7 +61,7 @@ def test_phone_layout_details_and_no_empty_boxes(browser, app_url, where):
     phone = where == "phone"
     assert page.locator(".el-keys").is_visible() != phone  # arrow keys and n / p: a keyboard's hint
     for tab, ids in (("Tokenizers", ["tok-html"]), ("Compare", ["cmp-plot", "cmp-html"]),
-                     ("Trace", ["json-file", "csv-file", "html-file"]), ("Results", ["results-plot-a", "results-plot-b"])):
+                     ("Trace", ["json-file", "csv-file", "html-file"]), ("Results", ["results-scatter", "results-bars"])):
         page.get_by_role("tab", name=tab).click()
         page.wait_for_timeout(500)
         shown = [i for i in ids if page.locator(f"#{i}").is_visible()]

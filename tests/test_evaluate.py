@@ -41,7 +41,7 @@ from ensemble.evaluation import (
     wilson_interval,
 )
 from ensemble.settings import Settings
-from ensemble.trace import RunStats, RunTrace
+from ensemble.trace import RunStats, RunTrace, TokenRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,12 +71,14 @@ class FakeEngine:
         if (a, method) in self.fail_on:
             raise InputError("The prompt is too strange.")
         answer = a + b if method == "single" else a + b + 1
+        text = f"{a} + {b} = {answer}.\nThe answer is {answer}."
         return RunTrace(
             method=method,
             models=[m.name for m in models],
             settings=settings.to_dict(),
             prompt=prompt,
-            text=f"{a} + {b} = {answer}.\nThe answer is {answer}.",
+            text=text,
+            tokens=[TokenRecord(0, text, 0, len(text), models[0].name, "drafter")],  # one token: a valid trace to keep
             stats=RunStats(generated_tokens=10, et_ratio=0.5 if method != "single" else 0.0, latency_s=2.0,
                            tokens_per_s=5.0, stop_reason="eos"),
         )
@@ -355,6 +357,40 @@ def test_resume_skips_done_rows_and_ignores_a_truncated_last_line(tmp_path, fake
     assert fake.calls == []
     meta = json.loads((tmp_path / "out" / "meta.json").read_text())
     assert [r["new_rows"] for r in meta["runs"]] == [6, 4, 0]
+
+
+def test_every_answer_keeps_its_trace_and_a_resumed_run_keeps_the_earlier_ones(tmp_path, fake):
+    from ensemble.evaluation.traces import load_trace, trace_path, traced
+
+    data = write_data(tmp_path / "q.jsonl", [(1, 2), (3, 4), (5, 6)])
+    out = tmp_path / "out"
+    run_evaluation(config_for(tmp_path, data, limit=2), fake_models("a", "b"), progress=False)
+    rows = jsonl(out / "rows.jsonl")
+    assert traced(out) == {(r["qid"], r["method"]) for r in rows} and len(rows) == 4
+    for r in rows:  # saved and reloaded: the answer's own trace, text and method
+        trace = load_trace(out, r["qid"], r["method"])
+        assert trace.text == r["text"] and trace.method == ("single" if r["method"] == "single:a" else "unite")
+    assert trace_path(out, 0, "single:a").name == "0.json.gz" and trace_path(out, 0, "single:a").parent.name == "single%3Aa"
+    before = {p: p.read_bytes() for p in (out / "traces").rglob("*.json.gz")}
+    fake.calls.clear()
+
+    run_evaluation(config_for(tmp_path, data, limit=3), fake_models("a", "b"), progress=False)  # resumed, one more question
+    assert len(fake.calls) == 2
+    assert all(p.read_bytes() == b for p, b in before.items())  # the earlier traces are kept as they were
+    assert traced(out) == {(q, m) for q in range(3) for m in ("single:a", "unite")}
+    last = jsonl(out / "rows.jsonl")[-1]
+    assert load_trace(out, last["qid"], last["method"]).text == last["text"]
+    assert load_trace(out, 9, "unite") is None  # no such answer: no trace, no error
+
+
+def test_a_damaged_trace_file_is_a_clear_error(tmp_path, fake):
+    from ensemble.evaluation.traces import load_trace, trace_path
+
+    run_evaluation(config_for(tmp_path, write_data(tmp_path / "q.jsonl", [(1, 2)])), fake_models("a", "b"), progress=False)
+    path = trace_path(tmp_path / "out", 0, "unite")
+    path.write_bytes(path.read_bytes()[:20])
+    with pytest.raises(EvaluationError, match=r"question 0, unite .* not a readable gzip"):
+        load_trace(tmp_path / "out", 0, "unite")
 
 
 def test_read_rows_repairs_only_the_tail(tmp_path):

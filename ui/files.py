@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-SHIPPED = ("assets/first-view.json", "docs/results/gsm8k-summary.csv")
+SHIPPED = ("assets/first-view.json", "docs/results/gsm8k-summary.csv", *(f"docs/results/gsm8k-60-llamacpp/{name}" for name in (
+    "meta.json", "rows.jsonl", "summary.csv", "summary.md")))
 """The repository's files the app reads (``setup.py`` copies these into the wheel)."""
 
 _HERE = Path(__file__).resolve().parent

@@ -335,14 +335,71 @@ class ResultsTab:
     results_view: gr.HTML
     results_plot_a: gr.Plot
     results_plot_b: gr.Plot
+    explorer_box: gr.Column
+    grid_filter: gr.Dropdown
+    grid_ensemble: gr.Dropdown
+    grid_order: gr.Dropdown
+    grid: gr.HTML
+    cell_note: gr.HTML
+    part_qid: gr.Dropdown
+    part_a: gr.Dropdown
+    part_b: gr.Dropdown
+    part_button: gr.Button
+    part_view: gr.HTML
+    stats_view: gr.HTML
+    stats_plot_a: gr.Plot
+    stats_plot_b: gr.Plot
+    stats_plot_c: gr.Plot
+
+
+# A grid cell clicked: its question and method (``data-qid``, ``data-method``), numbered like the strip's clicks.
+GRID_JS = """
+let seq = 0;
+element.addEventListener('click', (event) => {
+  const cell = event.target.closest('[data-method]');
+  if (!cell) return;
+  element.querySelectorAll('.el-picked').forEach((c) => c.classList.remove('el-picked'));
+  cell.classList.add('el-picked');
+  trigger('click', {qid: parseInt(cell.dataset.qid, 10), method: cell.dataset.method, seq: ++seq});
+});
+element.addEventListener('keydown', (event) => {
+  if (event.key === 'Enter' && event.target.closest('[data-method]')) event.target.click();
+});
+"""
 
 
 def build_results_tab(have_committed_results: bool) -> ResultsTab:
-    gr.Markdown("Open the `summary.csv` written by `python -m ensemble evaluate` (accuracy, E/T, speed per method).")
-    results_file = gr.File(label="summary.csv", file_types=[".csv"], type="filepath", elem_id="results-file")
-    results_ours = gr.Button("Open this project's GSM8K run (docs/results.md)", size="sm", visible=have_committed_results)
+    gr.Markdown("Open an evaluation written by `python -m ensemble evaluate`: this project's GSM8K run, its "
+                "`summary.csv`, or the whole `--out` folder as a `.zip` (with its traces: every answer opens token by token).")
+    with gr.Row(equal_height=True):
+        results_ours = gr.Button("Open this project's GSM8K run", variant="primary", size="lg", elem_id="results-ours",
+                                 visible=have_committed_results, scale=1, min_width=220)
+        results_file = gr.File(label="summary.csv, or an evaluation folder as .zip", file_types=[".csv", ".zip"],
+                               type="filepath", elem_id="results-file", scale=2, height=120)
     results_view = gr.HTML(elem_id="results-view")
     with gr.Row():
-        results_plot_a = gr.Plot(label="Accuracy vs seconds per question", elem_id="results-plot-a", elem_classes=[FILLED])
-        results_plot_b = gr.Plot(label="E/T per method", elem_id="results-plot-b", elem_classes=[FILLED])
-    return ResultsTab(results_file, results_ours, results_view, results_plot_a, results_plot_b)
+        results_plot_a = gr.Plot(label="Accuracy vs seconds per question", elem_id="results-scatter", min_width=300, elem_classes=[FILLED])
+        results_plot_b = gr.Plot(label="E/T per method", elem_id="results-bars", min_width=300, elem_classes=[FILLED])
+    with gr.Column(visible=False, elem_id="explorer") as explorer_box:
+        gr.Markdown("### Every answer: question × method")
+        with gr.Row():
+            grid_filter = gr.Dropdown([], label="Show", elem_id="grid-filter", min_width=220)
+            grid_ensemble = gr.Dropdown([], label="The ensemble (for the filters)", elem_id="grid-ensemble", min_width=160)
+            grid_order = gr.Dropdown([], label="Order", elem_id="grid-order", min_width=160)
+        grid = gr.HTML(elem_id="grid", js_on_load=GRID_JS)
+        cell_note = gr.HTML(elem_id="cell-note")
+        gr.Markdown("### Where two answers part, and what decided it")
+        with gr.Row():
+            part_qid = gr.Dropdown([], label="Question", elem_id="part-qid", min_width=100)
+            part_a = gr.Dropdown([], label="Method A", elem_id="part-a", min_width=140)
+            part_b = gr.Dropdown([], label="Method B", elem_id="part-b", min_width=140)
+            part_button = gr.Button("Compare the two answers", variant="primary", elem_id="part-button", min_width=160)
+        part_view = gr.HTML(elem_id="part-view")
+        gr.Markdown("### Decision statistics over the dataset")
+        stats_view = gr.HTML(elem_id="eval-stats")
+        stats_plot_a = gr.Plot(label="Decisions per 100 tokens", elem_id="stats-decisions", visible=False)
+        stats_plot_b = gr.Plot(label="First replacement against correctness", elem_id="stats-first", visible=False)
+        stats_plot_c = gr.Plot(label="SpecEM weights, every question", elem_id="stats-weights", visible=False)
+    return ResultsTab(results_file, results_ours, results_view, results_plot_a, results_plot_b, explorer_box, grid_filter,
+                      grid_ensemble, grid_order, grid, cell_note, part_qid, part_a, part_b, part_button, part_view,
+                      stats_view, stats_plot_a, stats_plot_b, stats_plot_c)

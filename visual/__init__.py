@@ -7,6 +7,7 @@ string from a trace reaches HTML through :func:`visual.escape.safe` (model outpu
 from . import escape, forks
 from .charts import charts_note, fusion_figure, topk_figure
 from .escape import error_html, safe, status_html, whitespace
+from .explorer import EXPLORER_CSS
 from .export import compare_document, fork_document, run_document, tokenizers_document
 from .forks import fork_html
 from .inspector import explain, inspector_json
@@ -25,8 +26,12 @@ from .strip import (
     strip_html,
     token_groups,
 )
-from .style import CSS, DECISION_LABELS, legend_html
+from .style import CSS as _BASE_CSS
+from .style import DECISION_LABELS, legend_html
 from .tokenizers import MISMATCH_EXPLAINER, tokenizer_counts_frame, tokenizers_html
+
+CSS = _BASE_CSS + EXPLORER_CSS
+"""The app's stylesheet: the views' (:mod:`visual.style`) and the evaluation explorer's."""
 
 __all__ = [
     "CSS",

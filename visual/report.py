@@ -60,7 +60,9 @@ def results_html(rows: list[dict]) -> str:
         for row in rows
         if isinstance(row, dict)
     )
-    return f'<table class="el-table el-results"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    # in a box that scrolls sideways when the table is wider than the page (a phone), so the page never does
+    return (f'<div class="el-table-scroll" style="overflow-x: auto; max-width: 100%">'
+            f'<table class="el-table el-results"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>')
 
 
 def _hover(row: dict) -> str:
@@ -92,9 +94,7 @@ def results_figures(rows: list[dict]) -> list[go.Figure]:
                 x=[rd.number(row.get("s_per_question"))],
                 y=[acc],
                 error_y=error,
-                mode="markers+text",
-                text=[name],
-                textposition="top center",
+                mode="markers",  # names in the legend: labels beside close points overlapped
                 name=name,
                 marker=dict(size=12, color=model_colour(i), symbol=["circle", "square", "diamond", "triangle-up", "x"][i % 5]),
                 customdata=[_hover(row)],
@@ -104,7 +104,7 @@ def results_figures(rows: list[dict]) -> list[go.Figure]:
     scatter.update_xaxes(title_text="seconds per question", rangemode="tozero")
     scatter.update_yaxes(title_text="accuracy (95% interval)", tickformat=".0%", rangemode="tozero")
     style(scatter, 420, "Accuracy against time per question")
-    scatter.update_layout(showlegend=True)
+    scatter.update_layout(showlegend=True, legend=dict(orientation="h", y=-0.2, x=0))
     bars = go.Figure(
         go.Bar(
             x=names,
@@ -129,10 +129,10 @@ h1 { font-size: 1.5em; }
 """
 
 
-def report_document(rows: list[dict], title: str, meta: dict) -> str:
+def report_document(rows: list[dict], title: str, meta: dict, extra_html: str = "", extra_figures: list | None = None) -> str:
     """ONE standalone HTML file: header with ``meta``, the results table, both figures (plotly.js inlined,
-    so it opens offline)."""
-    figures = results_figures(rows)
+    so it opens offline); then ``extra_html`` (the explorer, :mod:`visual.evalreport`) and its figures."""
+    figures = results_figures(rows) + list(extra_figures or [])
     plots = [fig.to_html(full_html=False, include_plotlyjs=(i == 0), config={"displaylogo": False}) for i, fig in enumerate(figures)]
     meta_rows = "".join(f"<tr><td>{safe(k)}</td><td>{safe(v)}</td></tr>" for k, v in (meta or {}).items())
     return (
@@ -142,14 +142,16 @@ def report_document(rows: list[dict], title: str, meta: dict) -> str:
         f"<h1>{safe(title)}</h1>"
         + (f'<table class="el-table el-meta">{meta_rows}</table>' if meta_rows else "")
         + f"<h2>Results</h2>{results_html(rows)}"
-        + "".join(f"<section>{p}</section>" for p in plots)
+        + "".join(f"<section>{p}</section>" for p in plots[:2])
+        + extra_html
+        + "".join(f"<section>{p}</section>" for p in plots[2:])
         + "</body></html>\n"
     )
 
 
-def write_report(rows: list[dict], path, title: str, meta: dict) -> None:
+def write_report(rows: list[dict], path, title: str, meta: dict, extra_html: str = "", extra_figures: list | None = None) -> None:
     """Write :func:`report_document` to ``path`` (its folder made if needed). The command line writes the
     document through its atomic writer instead (``ensemble.outputs``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(report_document(rows, title, meta), encoding="utf-8")
+    path.write_text(report_document(rows, title, meta, extra_html, extra_figures), encoding="utf-8")

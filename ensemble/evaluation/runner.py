@@ -21,6 +21,7 @@ from .scoring import make_row
 from .specs import EvalConfig
 from .store import append_row, check_compatible, folder_lock, read_rows, sort_rows, unique_rows, write_json, write_rows_csv
 from .summary import paired_questions, summarize
+from .traces import save_trace
 
 HtmlWriter = Callable[[Path, list[dict], dict], object]
 """Writes ``report.html`` from a folder's summary and meta (the command line's, which draws with ``visual``)."""
@@ -155,6 +156,7 @@ def _run_locked(config, loaded, out, questions_all, questions, data_sha, model_i
                     where = None if spec.method == "single" else backend  # the single baseline runs in process
                     trace = engine.generate(members, build_prompt(question.question), spec.method, spec.settings(config.settings), backend=where)
                     row = make_row(question, spec.label, trace)
+                    save_trace(out, question.qid, spec.label, trace)  # before the row: a row always has its trace
                 except Cancelled:
                     raise
                 except EnsembleError as exc:

@@ -1,0 +1,137 @@
+"""Decision statistics over an evaluation folder's traces, per method (plain numbers; ``visual`` charts them).
+
+- ``decisions``: each decision per 100 generated tokens;
+- ``blocked``: SAFE's stability (OOV-like) check per (drafter, verifier) pair: of the draft boundaries it
+  checked, the share a verifier without a token edge blocked, and the strings blocked most often, each with its
+  kind (number, name, code, other) and example questions;
+- ``replacements``: a SAFE method's replaced tokens against correctness, split by whether its drafter alone
+  (``single:DRAFTER`` in the same folder) was right: replaced and ended wrong, replaced and ended right, ...;
+- ``first_replacement``: per answer, the token position of the first replacement and whether the answer was right;
+- ``segments``: SpecEM's segments won per model and every question's weight trajectory (weights after each round).
+
+Only answers with a trace count (``answers`` says how many per method).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from ..decisions import Decision, OovBlockedDetails
+from ..models.runtimes import split_runtime
+from .explorer import Folder
+
+CHECKED = {Decision.CONSENSUS, Decision.OOV_BLOCKED, Decision.ENSEMBLED_KEPT, Decision.ENSEMBLED_REPLACED, Decision.GATED}
+"""The decisions of a SAFE draft token whose boundary the stability check looked at."""
+TOP_STRINGS, EXAMPLES = 8, 3
+
+
+def string_kind(text: str) -> str:
+    """What a blocked string is: ``number`` (digits), ``name`` (a capitalised word), ``code`` (symbols, ``_``,
+    brackets), ``space`` or ``other``."""
+    s = text.strip()
+    if not s:
+        return "space"
+    if re.fullmatch(r"[\d.,]*\d[\d.,]*", s):
+        return "number"
+    if s[0].isupper() and s.isalpha():
+        return "name"
+    if re.search(r"[_(){}\[\]=<>;:#*/\\$^|`~]", s):
+        return "code"
+    return "other"
+
+
+def _drafter_single(folder: Folder, drafter: str | None) -> str | None:
+    for label in folder.singles():
+        if drafter and split_runtime(label.split(":", 1)[1])[0] == split_runtime(drafter)[0]:
+            return label
+    return None
+
+
+def decision_stats(folder: Folder) -> dict:
+    """Every statistic of the module docstring, for the folder's traced answers."""
+    decisions: dict[str, dict] = {}
+    pairs: dict[tuple[str, str, str], dict] = {}
+    outcomes: dict[str, dict] = {}
+    first: dict[str, list[dict]] = {}
+    segments: dict[str, dict] = {}
+    for method in folder.methods:
+        counts, tokens, answers = Counter(), 0, 0
+        for qid in folder.question_ids:
+            row, trace = folder.row(qid, method), folder.readable_trace(qid, method)
+            if row is None or trace is None:
+                continue
+            answers += 1
+            tokens += len(trace.tokens)
+            counts.update(str(t.decision) for t in trace.tokens)
+            correct = bool(row.get("correct"))
+            if trace.method == "safe":
+                _count_blocked(pairs, method, trace, qid)
+                replaced = [t.index for t in trace.tokens if t.decision == Decision.ENSEMBLED_REPLACED]
+                first.setdefault(method, []).append({"qid": qid, "position": replaced[0] if replaced else None,
+                                                     "replacements": len(replaced), "correct": correct})
+                single = _drafter_single(folder, trace.drafter)
+                alone = folder.row(qid, single) if single else None
+                if alone is not None:
+                    entry = outcomes.setdefault(method, {"drafter": single, "counts": Counter(), "questions": {}})
+                    key = (f"drafter {'right' if alone.get('correct') else 'wrong'}, "
+                           f"{'replaced' if replaced else 'no replacement'}, ensemble {'right' if correct else 'wrong'}")
+                    entry["counts"][key] += 1
+                    entry["questions"].setdefault(key, []).append(qid)
+            if trace.method == "specem" and trace.rounds:
+                _count_segments(segments.setdefault(method, {"wins": Counter(), "trajectories": []}), trace, qid, correct)
+        if answers:
+            decisions[method] = {"answers": answers, "tokens": tokens, "counts": dict(counts),
+                                 "per_100": {d: round(100 * n / tokens, 2) if tokens else 0.0 for d, n in counts.items()}}
+    return {
+        "decisions": decisions,
+        "blocked": [_pair_entry(key, entry) for key, entry in pairs.items()],
+        "replacements": {m: {"drafter": e["drafter"], "counts": dict(e["counts"]), "questions": e["questions"]}
+                         for m, e in outcomes.items()},
+        "first_replacement": first,
+        "segments": {m: {"wins": dict(e["wins"]), "trajectories": e["trajectories"]} for m, e in segments.items()},
+    }
+
+
+def _count_blocked(pairs: dict, method: str, trace, qid: int) -> None:
+    drafter = trace.drafter or (trace.models[0] if trace.models else "?")
+    verifiers = [m for m in trace.models if m != drafter]
+    checked = [t for t in trace.tokens if t.decision in CHECKED]
+    for v in verifiers:
+        entry = pairs.setdefault((method, drafter, v), {"checked": 0, "blocked": 0, "strings": Counter(), "examples": {}})
+        entry["checked"] += len(checked)
+    for t in checked:
+        if t.decision != Decision.OOV_BLOCKED or not isinstance(t.details, OovBlockedDetails):
+            continue
+        text = trace.text[t.start:t.end]
+        for v in t.details.blocked_by or []:
+            entry = pairs.get((method, drafter, v))
+            if entry is None:
+                continue
+            entry["blocked"] += 1
+            entry["strings"][text] += 1
+            examples = entry["examples"].setdefault(text, [])
+            if qid not in examples and len(examples) < EXAMPLES:
+                examples.append(qid)
+
+
+def _pair_entry(key: tuple[str, str, str], entry: dict) -> dict:
+    method, drafter, verifier = key
+    top = [{"text": s, "kind": string_kind(s), "count": n, "questions": entry["examples"].get(s, [])}
+           for s, n in entry["strings"].most_common(TOP_STRINGS)]
+    share = entry["blocked"] / entry["checked"] if entry["checked"] else 0.0
+    return {"method": method, "drafter": drafter, "verifier": verifier, "checked": entry["checked"],
+            "blocked": entry["blocked"], "share": round(share, 4), "top": top,
+            "kinds": dict(Counter(string_kind(s) for s in entry["strings"].elements()))}
+
+
+def _count_segments(entry: dict, trace, qid: int, correct: bool) -> None:
+    rounds = [r for r in trace.rounds if r.weights_after]
+    for r in rounds:
+        if r.winner:
+            entry["wins"][r.winner] += 1
+    if rounds:
+        names = list(rounds[0].weights_after)
+        start = rounds[0].weights_before or {n: 1 / len(names) for n in names}
+        entry["trajectories"].append({"qid": qid, "correct": correct, "weights": {
+            n: [round(float(start.get(n, 0.0)), 4), *(round(float(r.weights_after.get(n, 0.0)), 4) for r in rounds)] for n in names}})
