@@ -20,7 +20,7 @@ import visual
 from ensemble.access import offered_members
 from ensemble.align import compare
 from ensemble.errors import EnsembleError, InputError, TraceFormatError
-from ensemble.fork import DRAFTER_ALONE, member_names, run_fork
+from ensemble.fork import fork_method_for, member_names, run_fork
 from ensemble.members import backend_from_env, close_backends, interrupt_on_sigterm
 from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
 from ensemble.methods.base import clean_prompt
@@ -475,18 +475,21 @@ def run_ensemble(prompt: str, method: str = "safe", models: str = ",".join(DEFAU
     return job.trace.to_dict()
 
 
-def fork(trace: dict, at: int, method: str = DRAFTER_ALONE) -> dict:
+def fork(trace: dict, at: int, method: str = "", force: str = "") -> dict:
     """Continue a run's trace from its token ``at`` with ``method`` and compare: {"fork": trace, "comparison": …}.
 
     Args:
         trace: a trace as JSON (what run_ensemble returns); its models must be ones this app offers.
         at: the token number to re-decide (0 rewrites the whole answer).
-        method: drafter (the run's drafter alone) | single | unite | gac | safe | specem.
+        method: drafter (the run's drafter alone; the default) | single | unite | gac | safe | specem; with
+            ``force``, the default is the run's own method.
+        force: a key (its exact text, e.g. " F") to put at token ``at`` instead of the run's; the method goes on.
     """
     try:
         parent = RunTrace.from_json(trace if isinstance(trace, str) else json.dumps(trace))
+        method = fork_method_for(parent, method, force)
         models = load_models(_models(member_names(parent, method)))
-        forked, comparison = run_fork(models, parent, int(at), method, backend=_backend_for(models))
+        forked, comparison = run_fork(models, parent, int(at), method, force=force, backend=_backend_for(models))
     except (EnsembleError, ValueError, TypeError) as exc:
         raise gr.Error(str(exc)) from exc
     return {"fork": forked.to_dict(), "comparison": comparison.to_dict()}

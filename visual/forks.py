@@ -23,6 +23,21 @@ def run_label(trace: RunTrace) -> str:
     return f"{trace.method} on {', '.join(trace.models)}"
 
 
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def parting_sentence(divergence: int | None, changed: int) -> str:
+    """Where two continuations part, in words: "They differ from their first character", "They part after 12
+    characters", with how many stretches of words differ (proper singular and plural)."""
+    if divergence is None:
+        return "The fork wrote exactly what the run wrote."
+    where = ("They differ from their first character" if divergence == 0
+             else f"They part after {_count(divergence, 'character', 'characters')} of the continuation")
+    stretches = _count(changed, "stretch of words differs", "stretches of words differ")
+    return f"{where}; {stretches} (struck out: only the run has them; underlined: only the fork)."
+
+
 def _side(title: str, diff: list, which: int, divergence, show_whitespace: bool) -> str:
     parts, pos, marked = [], 0, divergence is None
     for entry in diff:
@@ -57,13 +72,11 @@ def fork_html(original: RunTrace, forked: RunTrace, comparison: dict, show_white
     preview = kept if len(kept) <= KEPT_PREVIEW else "…" + kept[-KEPT_PREVIEW:]
     divergence = rd.integer(comparison.get("divergence"))
     diff = [d for d in comparison.get("diff", []) if isinstance(d, (list, tuple)) and len(d) == 3]
-    if divergence is None:
-        verdict = "The fork wrote exactly what the run wrote."
-    else:
-        changed = sum(1 for d in diff if d[0] != "equal")
-        verdict = (f"They part after {divergence} character(s) of the continuation; {changed} stretch(es) of words "
-                   "differ (struck out: only the run has them; underlined: only the fork).")
-    head = (f'<p>Forked at token #{at}: <b>{safe(run_label(forked))}</b> continued the text of '
+    verdict = parting_sentence(divergence, sum(1 for d in diff if d[0] != "equal"))
+    force = fork.get("force")
+    how = (f', with the key <code class="el-key">{whitespace(force, True, breaks=False)}</code> forced there, '
+           if isinstance(force, str) and force else ": ")
+    head = (f'<p>Forked at token #{at}{how}<b>{safe(run_label(forked))}</b> continued the text of '
             f'<b>{safe(run_label(original))}</b> from there. {safe(verdict)}</p>'
             f'<p class="el-muted">Kept text: <span class="el-kept">{whitespace(preview, show_whitespace)}</span></p>')
     sides = (_side(f"the run ({run_label(original)})", diff, 0, divergence, show_whitespace)

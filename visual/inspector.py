@@ -128,6 +128,9 @@ def _explain_drafter(record: TokenRecord, trace: RunTrace) -> list[str]:
         first = f"{_m(record.model)} chose to end the answer here" + (f" (probability {_p(p)})" if p is not None else "") + "."
         others = _runners_up(top, record.text)
         return [first, f"Had it gone on, its next choices were: {others}." if others else ""]
+    if isinstance(record.details, DrafterDetails) and record.details.forced:
+        return [f"You chose {_k(record.text)} here (What if it had chosen this?): it was put in as text, every model "
+                "re-read the answer with it, and the method went on from there."]
     if record.condition == "completes_character":
         return [
             f"A byte token of {_m(record.model)} that finishes the character the token before it started: the chosen key "
@@ -192,8 +195,9 @@ def _discarded(record: TokenRecord, trace: RunTrace) -> str:
         return ""
     cut = max(0, min(len(text), record.start - int(rnd.start)))
     return (f" The drafter's whole draft for this round was {_k(text)}; from this token on, {_k(text[cut:])} was "
-            "discarded. To see what the drafter alone would have written from here, fork from this token with the "
-            "drafter alone (What if? below).")
+            f"discarded. To see what the drafter alone would have written from here, fork from this token with the "
+            f"drafter alone (in the app: What if?, under the inspector; on the command line: "
+            f"<code>fork --at {int(record.index)}</code>).")
 
 
 def _explain_ensembled(record: TokenRecord, trace: RunTrace) -> list[str]:
