@@ -26,6 +26,7 @@ from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
 from ensemble.methods.base import clean_prompt
 from ensemble.models import DEFAULT_ENSEMBLE, DEFAULT_MODELS, EMBEDDED, GPU_PRESETS, ModelPool
 from ensemble.models.runtimes import RUNTIMES, llamacpp_available, runtime_from_env, split_runtime
+from ensemble.readable import et_text
 from ensemble.settings import METHODS, Settings
 from ensemble.trace import MAX_TRACE_BYTES, RunTrace
 from ui import links, tabs
@@ -95,7 +96,7 @@ def _final_views(trace: RunTrace, strip: str, status: str) -> RunView:
     return RunView(
         strip=strip,
         status=visual.status_html(status),
-        legend=visual.legend_html(trace.method, trace.models),
+        legend=visual.trace_legend(trace),
         stats=visual.stats_html(trace),
         token_table=visual.token_frame(trace),
         token_filter="all",
@@ -139,7 +140,7 @@ def run_stream(prompt, method, model_names, drafter, settings_values: dict, requ
         return
     session["job"], session["trace"] = job, None
     running = visual.status_html(" · ".join(job.trace.warnings) or f"Running {method} on {', '.join(job.trace.models)}…")
-    started = view._replace(status=running, legend=visual.legend_html(method, job.trace.models))
+    started = view._replace(status=running, legend=visual.legend_html(method, job.trace.models, job.trace.settings))
     yield started
     view, builder, pending = started, visual.StripBuilder(method, job.trace.models), []
     try:
@@ -188,7 +189,8 @@ def _stream_tokens(job: EnsembleRun, view: RunView, running: str, builder: visua
 def _done_message(trace: RunTrace) -> str:
     s = trace.stats
     done = (
-        f"Done: {s.generated_tokens} tokens, E/T {s.et_ratio:.3f}, {s.latency_s:.1f} s, {s.tokens_per_s:.2f} tokens/s "
+        f"Done: {s.generated_tokens} tokens, E/T {et_text(s.et_ratio, trace.method, s.rounds)}, {s.latency_s:.1f} s, "
+        f"{s.tokens_per_s:.2f} tokens/s "
         f"(stop: {s.stop_reason}). Click any token to see why."
     )
     if s.stop_reason == "cancelled":
@@ -236,6 +238,7 @@ def inspect(request: gr.Request, evt: gr.EventData) -> InspectView:
         topk_plot=gr.update(value=topk, visible=topk is not None),
         fusion_plot=gr.update(value=fused, visible=fused is not None),
         record_json=visual.inspector_json(trace, index),
+        whatif=visual.whatif_html(trace, index),
     )
 
 
@@ -250,13 +253,13 @@ def inspect_latest(request: gr.Request, evt: gr.EventData) -> InspectView | None
     return if_newest(SESSIONS, _session(request), "strip", evt, answer)
 
 
-def fork_selected(method, runtime, request: gr.Request):
+def fork_selected(method, runtime, request: gr.Request, force: str | None = None):
     """Continue the shown run from the selected token with ``method`` (``ui.forking``); the run must be finished."""
     session = SESSIONS.get(_session(request))
     trace = session["trace"] if session["job"] is None else None
     selected, index = session.get("selected") or (None, None)
     load = lambda names: load_models(_models(names, runtime))  # noqa: E731 - the names the app offers only
-    yield from fork_stream(trace, index if selected is trace else None, method, load, _backend_for, session["cancel"])
+    yield from fork_stream(trace, index if selected is trace else None, method, load, _backend_for, session["cancel"], force)
 
 
 def show_round(round_index, request: gr.Request):
@@ -611,6 +614,14 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
 
     run.fork_button.click(on_fork, inputs=[run.fork_method, run.runtime], outputs=outputs(run, ForkView),
                           concurrency_id="engine", api_visibility="private")
+
+    def on_whatif(runtime, request: gr.Request, evt: gr.EventData):
+        with busy(request):
+            for view in fork_selected(None, runtime, request, getattr(evt, "key", None)):
+                yield updates(run, view)
+
+    run.whatif.click(on_whatif, inputs=[run.runtime], outputs=outputs(run, ForkView), concurrency_id="engine",
+                     api_visibility="private")
 
     def on_upload(file, request: gr.Request):
         view = import_trace(file, request)

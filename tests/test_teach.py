@@ -71,3 +71,100 @@ def test_parting_sentences_count_in_words():
     assert parting_sentence(0, 16).startswith("They differ from their first character; 16 stretches of words differ")
     assert parting_sentence(1, 1).startswith("They part after 1 character of the continuation; 1 stretch of words differs")
     assert "(s)" not in parting_sentence(12, 2) and "12 characters" in parting_sentence(12, 2)
+
+
+def _fixture(name: str):
+    from pathlib import Path
+
+    from ensemble.trace import RunTrace
+
+    return RunTrace.from_json((Path(__file__).parent / "fixtures" / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def test_the_legend_lists_only_what_this_run_can_produce_and_the_end_only_when_it_ended():
+    import re
+
+    def classes(html):
+        return re.findall(r'el-swatch ([\w ]+)"', html)
+
+    safe = _fixture("safe")
+    safe.settings.update(fusion="unite", gac_gate=0.5)  # SAFE-UniTE: no gate
+    assert "gated" not in classes(visual.trace_legend(safe))
+    safe.settings["fusion"] = "gac"
+    assert "gated" in classes(visual.trace_legend(safe))
+    gac = _fixture("gac")
+    gac.settings["gac_gate"] = None
+    assert classes(visual.trace_legend(gac)) == ["fused"]
+    budget = _fixture("safe_math")
+    assert budget.stats.stop_reason != "eos" and "ended by itself" not in visual.trace_legend(budget)
+    assert "ended by itself" not in visual.compare_html({"a": budget})
+    from ensemble.trace import Decision, TokenRecord
+
+    ended = _fixture("single")
+    n = len(ended.text)
+    ended.tokens.append(TokenRecord(index=len(ended.tokens), text="<eos>", start=n, end=n, model=ended.models[0],
+                                    decision=Decision.DRAFTER))
+    assert "ended by itself" in visual.trace_legend(ended)
+
+
+def test_one_format_for_e_t_and_specem_says_it_votes():
+    from ensemble.readable import et_text
+
+    assert et_text(0.12, "safe") == "12.0%" and et_text(0.0938, "unite") == "9.4%" and et_text(None, "safe") == "–"
+    assert et_text(0.0, "specem", 3) == "votes on every segment (3 rounds)"
+    assert et_text(0.0, "specem", 1) == "votes on every segment (1 round)"
+    for name in ("safe", "specem"):
+        trace = _fixture(name)
+        expected = et_text(trace.stats.et_ratio, trace.method, trace.stats.rounds)
+        assert expected in visual.stats_html(trace) and expected in visual.compare_frame({name: trace}).to_string()
+
+
+def test_an_ensembled_token_opens_with_one_plain_sentence():
+    import re
+
+    math = _fixture("safe_math")
+    replaced = next(r for r in math.tokens if r.decision == "ensembled_replaced")
+    html = visual.explain(math, replaced.index)
+    first = re.sub(r"<[^>]+>", "", re.findall(r"<p>(.*?)</p>", html)[1])
+    assert first.startswith("The models disagreed, so they voted: their weighted average picked ")
+    assert "which replaced the drafter's" in first and not re.search(r"\d", first)  # the numbers come below
+    assert "Why a vote:" in html and "≤ 0.5" in html
+
+
+def test_sharpening_says_why_a_prefix_beats_the_draft():
+    from ensemble.trace import FusionRecord
+    from visual.inspector import _sharpening
+
+    fusion = FusionRecord(fusion="unite", choice=" F", draft=" Fra", before=[[" Fra", 0.4], [" F", 0.2]],
+                          after=[[" F", 0.6], [" Fra", 0.3]], sharpened=True, sharpen="heuristic", boundary=3,
+                          weights={}, per_model={})
+    text = _sharpening(fusion)
+    assert "Why a prefix wins" in text and "can still go on to" in text
+
+
+def test_what_if_keys_are_the_top_k_but_the_chosen_one_and_escaped():
+    from ensemble.trace import Decision, TokenRecord
+
+    trace = _fixture("single")
+    record = trace.tokens[3]
+    record.topk = [[record.text, 0.5], ["<b>x</b>", 0.2], ["<eos>", 0.1], ["<0xE4>", 0.05], [" other", 0.1]]
+    assert isinstance(record, TokenRecord) and record.decision == Decision.DRAFTER
+    html = visual.whatif_html(trace, 3)
+    keys = __import__("re").findall(r'data-key="([^"]*)"', html)
+    assert keys == ["&lt;b&gt;x&lt;/b&gt;", " other"] and "<b>x" not in html
+    assert "forks at token #3" in html and visual.whatif_html(trace, 999) == ""
+
+
+def test_the_cli_speaks_words_a_legend_and_carets():
+    from ensemble.cli.generate import legend_line
+    from ensemble.readable import caret_lines, decisions_text
+
+    assert decisions_text({"consensus": 30, "oov_blocked": 4}) == "consensus 30, blocked: tokenizer mismatch 4"
+    line = legend_line("safe", {"fusion": "unite", "gac_gate": 0.5})
+    assert "blocked: tokenizer mismatch" in line and "GaC gate" not in line and "plain: drafter only" in line
+    lines = caret_lines("Sofia 東京 went", {"smollm2": [1, 3], "gemma3": [7]})
+    assert lines[0].endswith("Sofia 東京 went")
+    assert lines[1].endswith("  ^ ^") and lines[1].startswith("smollm2")
+    start = len(lines[0]) - len("Sofia 東京 went")
+    assert lines[2].index("^") == start + 6 + 2  # after the two columns of the wide 東
+    assert caret_lines("a\nb", {"m": [2]})[0].endswith("a↵b")

@@ -80,6 +80,16 @@ element.addEventListener('click', (event) => {
 });
 """
 
+# A key clicked under the top-k panels: its exact text (``data-key``) to the fork handler, and the fork view in sight.
+WHATIF_JS = """
+element.addEventListener('click', (event) => {
+  const key = event.target.closest('[data-key]');
+  if (!key) return;
+  trigger('click', {key: key.dataset.key});
+  document.getElementById('fork-box')?.scrollIntoView({behavior: 'smooth', block: 'start'});
+});
+"""
+
 # A token clicked in a Compare card: its index and the card's run (``data-run``), for the inspector.
 COMPARE_JS = """
 let seq = 0;
@@ -129,6 +139,7 @@ class RunTab:
     stats: gr.HTML
     token_table: gr.Dataframe
     token_filter: gr.Dropdown
+    whatif: gr.HTML  # "What if it had chosen this?": the top-k keys as buttons; a click forks with that key forced
 
 
 RUNTIME_INFO = ("What computes the models: transformers (float weights, any model) or llama.cpp (the GGUF files as "
@@ -176,6 +187,7 @@ def build_run_tab(model_choices: list[str], runtimes: list[str] = ("auto",), run
         with gr.Column(scale=1):
             charts_hint = gr.HTML(CHARTS_HINT, elem_id="charts-hint")  # until a token is selected, and why no fusion
             topk_plot = gr.Plot(label="Each model's top-k", elem_id="topk-plot", visible=False)
+            whatif = gr.HTML(elem_id="whatif", js_on_load=WHATIF_JS)  # under the top-k panels (visual.whatif_html)
             fusion_plot = gr.Plot(label="Fused distribution: before / after sharpening", elem_id="fusion-plot", visible=False)
     with gr.Accordion("Raw record (JSON)", open=False):
         record_json = gr.JSON(elem_id="record-json")
@@ -203,7 +215,7 @@ def build_run_tab(model_choices: list[str], runtimes: list[str] = ("auto",), run
     return RunTab(prompt, method, model_box, drafter, runtime_radio, controls, examples_box, examples.dataset, run_button,
                   stop_button, link_button, link_box, status, legend, strip, explanation, tokenization, charts_hint, topk_plot, fusion_plot,
                   record_json, fork_method, fork_button, fork_view, specem_view, rounds, round_slider, heatmap, weights_plot,
-                  weights_note, stats, token_table, token_filter)
+                  weights_note, stats, token_table, token_filter, whatif)
 
 
 @dataclass

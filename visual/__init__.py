@@ -8,14 +8,23 @@ from . import escape, forks
 from .charts import charts_note, fusion_figure, topk_figure
 from .escape import error_html, safe, status_html, whitespace
 from .export import compare_document, fork_document, run_document, tokenizers_document
-from .forks import fork_html
+from .forks import fork_html, whatif_html
 from .inspector import explain, inspector_json
 from .plaintext import explain_text
 from .report import results_figures, results_html, write_report
 from .specem import rounds_html, score_heatmap, weights_figure, weights_note
 from .splits import tokenization_html
 from .stats import compare_figure, compare_frame, stats_frame, stats_html, token_filter_choices, token_frame, tokens_csv
-from .strip import StripBuilder, compare_html, compare_label, first_divergence, kept_html, strip_html, token_groups
+from .strip import (
+    StripBuilder,
+    compare_html,
+    compare_label,
+    first_divergence,
+    kept_html,
+    strip_html,
+    token_groups,
+    trace_legend,
+)
 from .style import CSS, DECISION_LABELS, legend_html
 from .tokenizers import MISMATCH_EXPLAINER, tokenizer_counts_frame, tokenizers_html
 
@@ -61,8 +70,10 @@ __all__ = [
     "tokenizers_html",
     "tokens_csv",
     "topk_figure",
+    "trace_legend",
     "weights_figure",
     "weights_note",
+    "whatif_html",
     "whitespace",
     "write_report",
 ]

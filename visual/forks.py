@@ -7,9 +7,12 @@ decision colours, which mean decisions only); the first differing character gets
 
 from __future__ import annotations
 
+import re
+
 from ensemble.trace import RunTrace
 
 from . import records as rd
+from .charts import top_lists
 from .escape import safe, whitespace
 
 KEPT_PREVIEW = 160
@@ -82,3 +85,32 @@ def fork_html(original: RunTrace, forked: RunTrace, comparison: dict, show_white
     sides = (_side(f"the run ({run_label(original)})", diff, 0, divergence, show_whitespace)
              + _side(f"the fork ({run_label(forked)})", diff, 1, divergence, show_whitespace))
     return f'<div class="el-explain">{head}<div class="el-fork">{sides}</div></div>'
+
+
+_BYTE_KEY = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+MAX_WHATIF_KEYS = 12
+
+
+def whatif_html(trace: RunTrace, index) -> str:
+    """"What if it had chosen this?" under the top-k panels: every key of the models' top-k at token ``index``
+    (but the one chosen) as a button; a click forks the answer with that key forced at this token and the run's
+    method going on (``data-key`` holds the key's exact text). "" when the token has no top-k."""
+    record = rd.find_record(trace, index)
+    if record is None:
+        return ""
+    per_model = top_lists(record)[0]
+    chosen = trace.text[record.start : record.end] or record.text
+    best: dict[str, float] = {}
+    for top in per_model.values():
+        for key, p in top:
+            if key != chosen and key not in rd.END_TEXTS and not _BYTE_KEY.search(key) and key.strip("\ufffd"):
+                best[key] = max(best.get(key, 0.0), rd.number(p) or 0.0)
+    keys = sorted(best, key=lambda k: -best[k])[:MAX_WHATIF_KEYS]
+    if not keys:
+        return ""
+    method = "the drafter" if trace.method == "single" else trace.method
+    buttons = "".join(f'<button type="button" class="el-whatif-key" data-key="{safe(k)}" title="fork with {safe(k)} '
+                      f'forced here">{whitespace(k, True, breaks=False)}</button>' for k in keys)
+    return (f'<div class="el-whatif"><p><b>What if it had chosen this?</b> Click a key: the answer forks at token '
+            f'#{int(record.index)} with that key instead of {whitespace(chosen, True, breaks=False)}, and '
+            f'{safe(method)} goes on with the same models and settings.</p><div class="el-whatif-keys">{buttons}</div></div>')
