@@ -559,7 +559,7 @@ def build_app() -> gr.Blocks:
             with gr.Tab("Results", id="results"):
                 results = tabs.build_results_tab(COMMITTED_RESULTS.exists())
         wire_run_tab(run, trace)
-        opened = wire_links(demo, tab_box, run, tok)
+        opened = wire_links(demo, tab_box, run, tok, projector)
         wire_other_tabs(opened, run, tok, cmp, trace, results)
         gr.api(run_ensemble, api_name="run_ensemble", concurrency_id="engine", concurrency_limit=RUN_CONCURRENCY)
         gr.api(fork, api_name="fork", concurrency_id="engine", concurrency_limit=RUN_CONCURRENCY)
@@ -695,26 +695,34 @@ def wire_other_tabs(opened, run: tabs.RunTab, tok: tabs.TokenizerTab, cmp: tabs.
     opened.then(on_load, outputs=outputs(run, RunView), api_visibility="private")
 
 
-def wire_links(demo: gr.Blocks, tab_box: gr.Tabs, run: tabs.RunTab, tok: tabs.TokenizerTab):
-    """The URL: opening a link restores what it holds (``ui.links``); Copy link writes the form into one.
-    Returns the page-load event (what else runs on load follows it, with the restored values)."""
+def wire_links(demo: gr.Blocks, tab_box: gr.Tabs, run: tabs.RunTab, tok: tabs.TokenizerTab, projector: gr.Checkbox):
+    """The URL: opening a link restores what it holds (``ui.links``); Copy link (Run and Tokenizers tabs) writes
+    the form into one. Returns the page-load event (what else runs on load follows it, with the restored values)."""
     controls = list(run.controls)
 
-    def on_link(prompt, method, models, *values):
-        return links.link_query("run", prompt, method, models or [], dict(zip(controls, values, strict=True)))
+    def on_link(large, prompt, method, models, *values):
+        return links.link_query("run", prompt, method, models or [], dict(zip(controls, values, strict=True)), large)
 
-    shown = run.link_button.click(on_link, inputs=[run.prompt, run.method, run.model_box, *run.controls.values()],
-                                  outputs=[run.link_box], api_visibility="private", queue=False)
-    shown.then(lambda url: gr.update(value=url, visible=True), inputs=[run.link_box], outputs=[run.link_box],
-               js=links.SHARE_JS, api_visibility="private", queue=False)
+    def on_tok_link(large, text, models, show_whitespace, ids):
+        return links.tokenizer_query(text, models or [], ids, show_whitespace, large)
 
-    restored = [tab_box, run.prompt, run.method, run.model_box, tok.tok_text, *run.controls.values()]
+    for button, box, handler, inputs in (
+        (run.link_button, run.link_box, on_link, [projector, run.prompt, run.method, run.model_box, *run.controls.values()]),
+        (tok.tok_link_button, tok.tok_link_box, on_tok_link, [projector, tok.tok_text, tok.tok_models, tok.tok_ws, tok.tok_ids]),
+    ):
+        shown = button.click(handler, inputs=inputs, outputs=[box], api_visibility="private", queue=False)
+        shown.then(lambda url: gr.update(value=url, visible=True), inputs=[box], outputs=[box], js=links.SHARE_JS,
+                   api_visibility="private", queue=False)
+
+    restored = [tab_box, run.prompt, run.method, run.model_box, tok.tok_text, tok.tok_models, tok.tok_ws, tok.tok_ids,
+                projector, *run.controls.values()]
 
     def on_open(request: gr.Request):
         asked = links.form_from_query(dict(getattr(request, "query_params", {}) or {}), MODEL_CHOICES)
         out = {c: gr.skip() for c in restored}  # (an empty dict would read as one value)
         out.update({run.controls[k]: v for k, v in asked.get("settings", {}).items()})
-        for key, component in (("prompt", run.prompt), ("method", run.method), ("text", tok.tok_text)):
+        for key, component in (("prompt", run.prompt), ("method", run.method), ("text", tok.tok_text),
+                               ("tok_models", tok.tok_models), ("ws", tok.tok_ws), ("ids", tok.tok_ids), ("large", projector)):
             if key in asked:
                 out[component] = asked[key]
         if "models" in asked:

@@ -168,3 +168,73 @@ def test_the_cli_speaks_words_a_legend_and_carets():
     start = len(lines[0]) - len("Sofia 東京 went")
     assert lines[2].index("^") == start + 6 + 2  # after the two columns of the wide 東
     assert caret_lines("a\nb", {"m": [2]})[0].endswith("a↵b")
+
+
+def test_links_carry_the_tokenizers_tab_projector_mode_and_the_ids_switch():
+    from urllib.parse import parse_qsl, urlsplit
+
+    from ui import links
+
+    query = links.tokenizer_query("Franz 🇩🇪 <b>", ["gemma3", "qwen"], ids=True, show_whitespace=False, large=True)
+    params = dict(parse_qsl(urlsplit(query).query))
+    asked = links.form_from_query(params, ["qwen", "smollm2", "gemma3"])
+    assert asked["tab"] == "tokenizers" and asked["text"] == "Franz 🇩🇪 <b>" and asked["tok_models"] == ["gemma3", "qwen"]
+    assert (asked["ids"], asked["ws"], asked["large"]) == (True, False, True)
+    plain = links.form_from_query(dict(parse_qsl(urlsplit(links.tokenizer_query("x", [])).query)), ["qwen"])
+    assert "ids" not in plain and "ws" not in plain and "large" not in plain and "tok_models" not in plain
+    run = dict(parse_qsl(urlsplit(links.link_query("run", "p", "safe", ["qwen"], {}, large=True)).query))
+    assert links.form_from_query(run, ["qwen"])["large"] is True
+    bad = links.form_from_query({"large": "maybe", "ids": "1", "tok_models": "nobody"}, ["qwen"])
+    assert not {"large", "ids", "tok_models"} & set(bad)
+
+
+@pytest.mark.embedded
+def test_fork_force_on_the_command_line_and_the_api(embedded, app_url, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from gradio_client import Client
+
+    from ensemble.trace import RunTrace
+
+    trace = generate([embedded["smollm2"]], GERMAN, "single", Settings(max_new_tokens=10, stop_strings=[]))
+    saved = tmp_path / "run.json"
+    saved.write_text(trace.to_json(), encoding="utf-8")
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root), ENSEMBLE_LENS_RUNTIME="transformers")
+    done = subprocess.run([sys.executable, "-m", "ensemble", "fork", str(saved), "--at", "2", "--force", " Zebra",
+                           "--max-new-tokens", "4", "--json"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    forked = RunTrace.from_dict(json.loads(done.stdout)["fork"])
+    assert forked.tokens[0].text == " Zebra" and forked.fork["force"] == " Zebra" and forked.method == "single"
+    assert forked.text.startswith(trace.text[: trace.tokens[2].start] + " Zebra") and len(forked.tokens) > 1
+    refused = subprocess.run([sys.executable, "-m", "ensemble", "fork", str(saved), "--at", "2", "--force", "<0xE4>"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert refused.returncode != 0 and "byte token" in refused.stderr and "Traceback" not in refused.stderr
+    result = Client(app_url, verbose=False).predict(trace=trace.to_dict(), at=2, method="", force=" Zebra", api_name="/fork")
+    api = RunTrace.from_dict(result["fork"])
+    assert api.tokens[0].text == " Zebra" and api.method == "single" and result["comparison"]["forked"].startswith(" Zebra")
+
+
+@pytest.mark.embedded
+def test_tokenize_prints_missing_edges_as_carets(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "ensemble", "tokenize", "Sofia went to Plovdiv", "--models", "smollm2,gemma3"],
+                          cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    text_line = next(i for i, line in enumerate(lines) if line.endswith("Sofia went to Plovdiv"))
+    start = len(lines[text_line]) - len("Sofia went to Plovdiv")
+    carets = {name: [i - start for i, c in enumerate(line) if c == "^"] for name, line in
+              (line.split(" ", 1)[0:1] + [line] for line in lines[text_line + 1:]) if "^" in line}
+    assert 1 in carets["gemma3"] and 3 in carets["gemma3"]  # S|of|ia: gemma3 keeps Sofia whole

@@ -229,6 +229,8 @@ class TokenizerTab:
     tok_counts: gr.Dataframe
     tok_save: gr.Button
     tok_html: gr.File
+    tok_link_button: gr.Button  # a link to this text, these tokenizers and switches (ui.links.tokenizer_query)
+    tok_link_box: gr.Textbox
 
 
 def build_tokenizer_tab(model_choices: list[str], default_models: list[str]) -> TokenizerTab:
@@ -236,10 +238,14 @@ def build_tokenizer_tab(model_choices: list[str], default_models: list[str]) -> 
     with gr.Row():
         tok_text = gr.Textbox(label="Text", lines=3, value="Sofia went to Plovdiv in 1999.", elem_id="tok-text")
         with gr.Column():
-            tok_models = gr.CheckboxGroup(model_choices, value=default_models, label="Tokenizers")
+            tok_models = gr.CheckboxGroup(model_choices, value=default_models, label="Tokenizers", elem_id="tok-models")
             tok_ws = gr.Checkbox(value=True, label="Show whitespace (· ↵ →)")
             tok_ids = gr.Checkbox(value=False, label="Show token ids and byte pieces", elem_id="tok-ids")
-            tok_button = gr.Button("Compare tokenizations", variant="primary", elem_id="tok-button")
+            with gr.Row():
+                tok_button = gr.Button("Compare tokenizations", variant="primary", elem_id="tok-button", scale=2)
+                tok_link_button = gr.Button("🔗 Copy link", elem_id="tok-link-button", scale=1)
+    tok_link_box = gr.Textbox(label="Link to this text, these tokenizers and switches (copied)", visible=False,
+                              interactive=False, elem_id="tok-link-box", buttons=["copy"])
     gr.Examples(TOKENIZER_EXAMPLES, inputs=[tok_text], label="Examples")
     tok_view = gr.HTML(elem_id="tok-view")
     tok_counts = gr.Dataframe(label="Token counts", elem_id="tok-counts")
@@ -248,7 +254,8 @@ def build_tokenizer_tab(model_choices: list[str], default_models: list[str]) -> 
         tok_png = gr.Button("Save as PNG", elem_id="tok-png", scale=1)
         tok_png.click(None, js=png.TOKENIZERS_PNG_JS)
         tok_html = gr.File(label="Aligned view (HTML, opens offline)", elem_id="tok-html", scale=3)
-    return TokenizerTab(tok_text, tok_models, tok_ws, tok_ids, tok_button, tok_view, tok_counts, tok_save, tok_html)
+    return TokenizerTab(tok_text, tok_models, tok_ws, tok_ids, tok_button, tok_view, tok_counts, tok_save, tok_html,
+                        tok_link_button, tok_link_box)
 
 
 @dataclass
