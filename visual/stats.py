@@ -161,7 +161,7 @@ def compare_figure(traces: dict[str, RunTrace]) -> go.Figure | None:
     if not traces:
         return None
     names = unique([label(n, glyphs=False) for n in traces])
-    fig = make_subplots(rows=1, cols=2, subplot_titles=["latency (s)", "E/T (steps per token)"], horizontal_spacing=0.15)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["latency (s)", "E/T (ensemble steps per token)"], horizontal_spacing=0.15)
     for col, (metric, values) in enumerate(
         [("latency (s)", [t.stats.latency_s for t in traces.values()]), ("E/T", [t.stats.et_ratio for t in traces.values()])], start=1
     ):
@@ -172,7 +172,7 @@ def compare_figure(traces: dict[str, RunTrace]) -> go.Figure | None:
                     ("method", label(t.method, glyphs=False)),
                     ("models", label(", ".join(map(str, t.models)), 60, glyphs=False)),
                     ("tokens", safe(t.stats.generated_tokens)),
-                    (metric, safe(v)),
+                    (metric, safe(et_text(v, t.method, t.stats.rounds) if metric == "E/T" else v)),
                 ]
             )
             for name, t, v in zip(names, traces.values(), values)
@@ -190,6 +190,7 @@ def compare_figure(traces: dict[str, RunTrace]) -> go.Figure | None:
             col=col,
         )
     fig.update_yaxes(rangemode="tozero")
+    fig.update_yaxes(tickformat=".1%", row=1, col=2)  # E/T as everywhere else: a percentage with one decimal
     return style(fig, 340, "Runs compared")
 
 
