@@ -20,12 +20,13 @@ import visual
 from ensemble.access import offered_members
 from ensemble.align import compare
 from ensemble.errors import EnsembleError, InputError, MemberDied, TraceFormatError
-from ensemble.fork import DRAFTER_ALONE, member_names, run_fork
+from ensemble.fork import fork_method_for, member_names, run_fork
 from ensemble.members import backend_from_env, close_backends, interrupt_on_sigterm
 from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
 from ensemble.methods.base import clean_prompt
 from ensemble.models import DEFAULT_ENSEMBLE, DEFAULT_MODELS, EMBEDDED, GPU_PRESETS, ModelPool
 from ensemble.models.runtimes import RUNTIMES, llamacpp_available, runtime_from_env, split_runtime
+from ensemble.readable import et_text
 from ensemble.settings import METHODS, Settings
 from ensemble.trace import MAX_TRACE_BYTES, RunTrace
 from ensemble.trace_read import read_trace
@@ -99,7 +100,7 @@ def _final_views(trace: RunTrace, strip: str, status: str) -> RunView:
     return RunView(
         strip=strip,
         status=visual.status_html(status),
-        legend=visual.legend_html(trace.method, trace.models),
+        legend=visual.trace_legend(trace),
         stats=visual.stats_html(trace),
         token_table=visual.token_frame(trace),
         token_filter="all",
@@ -144,7 +145,7 @@ def run_stream(prompt, method, model_names, drafter, settings_values: dict, requ
         return
     session["job"], session["trace"] = job, None
     running = visual.status_html(" · ".join(job.trace.warnings) or f"Running {method} on {', '.join(job.trace.models)}…")
-    started = view._replace(status=running, legend=visual.legend_html(method, job.trace.models))
+    started = view._replace(status=running, legend=visual.legend_html(method, job.trace.models, job.trace.settings))
     yield started
     view, builder, pending = started, visual.StripBuilder(method, job.trace.models), []
     try:
@@ -200,7 +201,8 @@ def _stream_tokens(job: EnsembleRun, view: RunView, running: str, builder: visua
 def _done_message(trace: RunTrace) -> str:
     s = trace.stats
     done = (
-        f"Done: {s.generated_tokens} tokens, E/T {s.et_ratio:.3f}, {s.latency_s:.1f} s, {s.tokens_per_s:.2f} tokens/s "
+        f"Done: {s.generated_tokens} tokens, E/T {et_text(s.et_ratio, trace.method, s.rounds)}, {s.latency_s:.1f} s, "
+        f"{s.tokens_per_s:.2f} tokens/s "
         f"(stop: {s.stop_reason}). Click any token to see why."
     )
     if s.stop_reason == "cancelled":
@@ -257,6 +259,7 @@ def inspect(request: gr.Request, evt: gr.EventData) -> InspectView:
         topk_plot=gr.update(value=topk, visible=topk is not None),
         fusion_plot=gr.update(value=fused, visible=fused is not None),
         record_json=visual.inspector_json(trace, index),
+        whatif=visual.whatif_html(trace, index),
     )
 
 
@@ -271,13 +274,13 @@ def inspect_latest(request: gr.Request, evt: gr.EventData) -> InspectView | None
     return if_newest(SESSIONS, _session(request), "strip", evt, answer)
 
 
-def fork_selected(method, runtime, request: gr.Request):
+def fork_selected(method, runtime, request: gr.Request, force: str | None = None):
     """Continue the shown run from the selected token with ``method`` (``ui.forking``); the run must be finished."""
     session = SESSIONS.get(_session(request))
     trace = session["trace"] if session["job"] is None else None
     selected, index = session.get("selected") or (None, None)
     load = lambda names: load_models(_models(names, runtime))  # noqa: E731 - the names the app offers only
-    yield from fork_stream(trace, index if selected is trace else None, method, load, _backend_for, session["cancel"])
+    yield from fork_stream(trace, index if selected is trace else None, method, load, _backend_for, session["cancel"], force)
 
 
 def show_round(round_index, request: gr.Request):
@@ -484,19 +487,22 @@ def run_ensemble(prompt: str, method: str = "safe", models: str = ",".join(DEFAU
     return job.trace.to_dict()
 
 
-def fork(trace: dict, at: int, method: str = DRAFTER_ALONE) -> dict:
+def fork(trace: dict, at: int, method: str = "", force: str = "") -> dict:
     """Continue a run's trace from its token ``at`` with ``method`` and compare: {"fork": trace, "comparison": …}.
 
     Args:
         trace: a trace as JSON (what run_ensemble returns); its models must be ones this app offers.
         at: the token number to re-decide (0 rewrites the whole answer).
-        method: drafter (the run's drafter alone) | single | unite | gac | safe | specem.
+        method: drafter (the run's drafter alone; the default) | single | unite | gac | safe | specem; with
+            ``force``, the default is the run's own method.
+        force: a key (its exact text, e.g. " F") to put at token ``at`` instead of the run's; the method goes on.
     """
     try:
         parent = read_trace(trace)
         at = token_number(at, "at")  # "3" is token #3; run_fork says which tokens a fork may start from
+        method = fork_method_for(parent, method, force)
         models = load_models(_models(member_names(parent, method)))
-        forked, comparison = run_fork(models, parent, at, method, backend=_backend_for(models))
+        forked, comparison = run_fork(models, parent, at, method, force=force, backend=_backend_for(models))
     except (EnsembleError, ValueError, TypeError) as exc:
         raise gr.Error(str(exc)) from exc
     return {"fork": forked.to_dict(), "comparison": comparison.to_dict()}
@@ -562,7 +568,7 @@ def build_app() -> gr.Blocks:
             with gr.Tab("Results", id="results"):
                 results = tabs.build_results_tab(COMMITTED_RESULTS.exists())
         wire_run_tab(run, trace)
-        opened = wire_links(demo, tab_box, run, tok)
+        opened = wire_links(demo, tab_box, run, tok, projector)
         wire_other_tabs(opened, run, tok, cmp, trace, results)
         wire_results_tab(results, run, tab_box)
         gr.api(run_ensemble, api_name="run_ensemble", concurrency_id="engine", concurrency_limit=RUN_CONCURRENCY)
@@ -621,6 +627,14 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
 
     run.fork_button.click(on_fork, inputs=[run.fork_method, run.runtime], outputs=outputs(run, ForkView),
                           concurrency_id="engine", api_visibility="private")
+
+    def on_whatif(runtime, request: gr.Request, evt: gr.EventData):
+        with busy(request):
+            for view in fork_selected(None, runtime, request, getattr(evt, "key", None)):
+                yield updates(run, view)
+
+    run.whatif.click(on_whatif, inputs=[run.runtime], outputs=outputs(run, ForkView), concurrency_id="engine",
+                     api_visibility="private")
 
     def on_upload(file, request: gr.Request):
         view = import_trace(file, request)
@@ -729,20 +743,27 @@ def wire_results_tab(results: tabs.ResultsTab, run: tabs.RunTab, tab_box: gr.Tab
                               api_visibility="private")
 
 
-def wire_links(demo: gr.Blocks, tab_box: gr.Tabs, run: tabs.RunTab, tok: tabs.TokenizerTab):
-    """The URL: opening a link restores what it holds (``ui.links``); Copy link writes the form into one.
-    Returns the page-load event (what else runs on load follows it, with the restored values)."""
+def wire_links(demo: gr.Blocks, tab_box: gr.Tabs, run: tabs.RunTab, tok: tabs.TokenizerTab, projector: gr.Checkbox):
+    """The URL: opening a link restores what it holds (``ui.links``); Copy link (Run and Tokenizers tabs) writes
+    the form into one. Returns the page-load event (what else runs on load follows it, with the restored values)."""
     controls = list(run.controls)
 
-    def on_link(prompt, method, models, *values):
-        return links.link_query("run", prompt, method, models or [], dict(zip(controls, values, strict=True)))
+    def on_link(large, prompt, method, models, *values):
+        return links.link_query("run", prompt, method, models or [], dict(zip(controls, values, strict=True)), large)
 
-    shown = run.link_button.click(on_link, inputs=[run.prompt, run.method, run.model_box, *run.controls.values()],
-                                  outputs=[run.link_box], api_visibility="private", queue=False)
-    shown.then(lambda url: gr.update(value=url, visible=True), inputs=[run.link_box], outputs=[run.link_box],
-               js=links.SHARE_JS, api_visibility="private", queue=False)
+    def on_tok_link(large, text, models, show_whitespace, ids):
+        return links.tokenizer_query(text, models or [], ids, show_whitespace, large)
 
-    restored = [tab_box, run.prompt, run.method, run.model_box, tok.tok_text, tok.tok_models, *run.controls.values()]
+    for button, box, handler, inputs in (
+        (run.link_button, run.link_box, on_link, [projector, run.prompt, run.method, run.model_box, *run.controls.values()]),
+        (tok.tok_link_button, tok.tok_link_box, on_tok_link, [projector, tok.tok_text, tok.tok_models, tok.tok_ws, tok.tok_ids]),
+    ):
+        shown = button.click(handler, inputs=inputs, outputs=[box], api_visibility="private", queue=False)
+        shown.then(lambda url: gr.update(value=url, visible=True), inputs=[box], outputs=[box], js=links.SHARE_JS,
+                   api_visibility="private", queue=False)
+
+    restored = [tab_box, run.prompt, run.method, run.model_box, tok.tok_text, tok.tok_models, tok.tok_ws, tok.tok_ids,
+                projector, *run.controls.values()]
 
     def on_open(request: gr.Request):
         asked = links.form_from_query(dict(getattr(request, "query_params", {}) or {}), MODEL_CHOICES)
@@ -751,7 +772,8 @@ def wire_links(demo: gr.Blocks, tab_box: gr.Tabs, run: tabs.RunTab, tok: tabs.To
             out[run.model_box] = space.usable(tabs.EXAMPLES[0][2], POOL.unavailable)
             out[tok.tok_models] = space.usable(DEFAULT_MODELS, POOL.unavailable)
         out.update({run.controls[k]: v for k, v in asked.get("settings", {}).items()})
-        for key, component in (("prompt", run.prompt), ("method", run.method), ("text", tok.tok_text)):
+        for key, component in (("prompt", run.prompt), ("method", run.method), ("text", tok.tok_text),
+                               ("tok_models", tok.tok_models), ("ws", tok.tok_ws), ("ids", tok.tok_ids), ("large", projector)):
             if key in asked:
                 out[component] = asked[key]
         if "models" in asked:

@@ -117,9 +117,11 @@ def _field_names(cls) -> set[str]:
 
 @dataclass
 class DrafterDetails(Details):
-    """A plain token of the drafter or single model; ``control_token``: a control token that adds no text."""
+    """A plain token of the drafter or single model; ``control_token``: a control token that adds no text;
+    ``forced``: a fork's first token, the key a person chose ("What if it had chosen this?", :mod:`ensemble.fork`)."""
 
     control_token: bool = False
+    forced: bool = False
 
 
 @dataclass

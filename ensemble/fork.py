@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 
 from .errors import InputError
+from .keys import is_complete, is_control
 from .settings import METHODS, Settings
 from .trace import RunTrace
 
@@ -48,6 +49,12 @@ def fork_point(trace: RunTrace, at: int) -> tuple[int, int]:
     return at, tokens[at].start
 
 
+def fork_method_for(trace: RunTrace, method: str | None, force: str | None = None) -> str:
+    """The fork method asked for, or the default: the drafter alone, or with a forced key the run's own method
+    (the method "continuing" after the key a person chose)."""
+    return method or (trace.method if force else DRAFTER_ALONE)
+
+
 def fork_method(trace: RunTrace, method: str) -> tuple[str, str | None]:
     """The engine method a fork method names, and the drafter setting it runs with (``drafter`` is ``single``
     on the run's drafter, the one model :func:`member_names` loads for it)."""
@@ -56,6 +63,23 @@ def fork_method(trace: RunTrace, method: str) -> tuple[str, str | None]:
     if method == DRAFTER_ALONE:
         return "single", None  # the drafter is the one model the fork loads (member_names)
     return method, (trace.settings.get("drafter") if method in ("single", "safe") else None)
+
+
+MAX_FORCE_CHARS = 200
+
+
+def check_force(force) -> str:
+    """A key to force at the fork point ("What if it had chosen this?"), checked: text of whole characters (the
+    key's exact text as the top-k panels show it, which may not be a token of every model, nor of the drafter)."""
+    if force is None or force == "":
+        return ""
+    if not isinstance(force, str) or len(force) > MAX_FORCE_CHARS:
+        raise InputError(f"The key to force must be text of at most {MAX_FORCE_CHARS} characters.")
+    if force == "<eos>" or is_control(force):
+        raise InputError("Forcing the end of the answer needs no run: the answer would simply stop at the fork point.")
+    if BYTE_DISPLAY.search(force) or not is_complete(force):
+        raise InputError(f"{force[:40]!r} is part of a character (a byte token): force a key of whole characters.")
+    return force
 
 
 def fork_settings(trace: RunTrace, method: str, at: int, **overrides) -> Settings:
@@ -107,6 +131,7 @@ class ForkComparison:
                 "identical": self.divergence is None, "diff": self.diff}
 
 
+BYTE_DISPLAY = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 _WORDS = re.compile(r"\s+|\w+|[^\w\s]", re.UNICODE)
 
 
@@ -132,27 +157,33 @@ def compare_texts(a: str, b: str, kept: str = "") -> ForkComparison:
 
 
 def start_fork(models: list, trace: RunTrace, at: int, method: str = DRAFTER_ALONE, settings: Settings | None = None,
-               **kwargs):
+               force: str | None = None, **kwargs):
     """An :class:`~ensemble.methods.EnsembleRun` continuing ``trace`` from its token ``at`` with ``method``.
 
     Args:
         models: the loaded models of :func:`member_names` (in that order).
         settings: default :func:`fork_settings` (the trace's, the budget it had left).
+        force: a key to put at token ``at`` instead of the run's (:func:`check_force`): the fork's token 0, then
+            ``method`` continues (the "What if it had chosen this?" of a top-k panel).
         kwargs: passed on to :class:`EnsembleRun` (``cancel``, ``backend``).
     """
     from .methods import EnsembleRun
 
+    force = check_force(force)
     at, chars = fork_point(trace, at)
     engine_method, _ = fork_method(trace, method)
     settings = settings or fork_settings(trace, method, at)
     record = {"at": at, "chars": chars, "method": trace.method, "models": list(trace.models)}
-    return EnsembleRun(models, trace.prompt, engine_method, settings, fork=record, kept=trace.text[:chars], **kwargs)
+    if force:
+        record["force"] = force
+    return EnsembleRun(models, trace.prompt, engine_method, settings, fork=record, kept=trace.text[:chars], force=force,
+                       **kwargs)
 
 
 def run_fork(models: list, trace: RunTrace, at: int, method: str = DRAFTER_ALONE, settings: Settings | None = None,
-             **kwargs) -> tuple[RunTrace, ForkComparison]:
+             force: str | None = None, **kwargs) -> tuple[RunTrace, ForkComparison]:
     """Run a fork to its end: its trace and its comparison with ``trace``."""
-    job = start_fork(models, trace, at, method, settings, **kwargs)
+    job = start_fork(models, trace, at, method, settings, force, **kwargs)
     for _ in job.events():
         pass
     return job.trace, compare_continuations(trace, job.trace)

@@ -119,6 +119,14 @@ class ResponseTokens:
             i = j + 1
         return out
 
+    def edge_at_or_before(self, offset: int) -> int:
+        """Where this model's token that covers character ``offset`` starts: ``offset`` itself when a token starts
+        there, else the last token edge before it (0 at the start of the response)."""
+        i = bisect_right(self._ends, offset)  # tokens 0..i-1 end at or before ``offset``
+        while i > 0 and not self._clean[i - 1]:
+            i -= 1
+        return self._ends[i - 1] if i > 0 else 0
+
     def boundaries_from(self, offset: int) -> dict[int, int | None]:
         """This model's token edges at or after character ``offset``: edge -> index of the token starting
         there (None for the end of the text)."""

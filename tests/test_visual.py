@@ -326,7 +326,7 @@ def test_end_of_sequence_is_an_end_marker_and_explained():
     record = _ending(math, kept)
     record.fusion.choice = record.fusion.draft = "<eos>"
     text = plain(visual.explain(math, record.index))
-    assert "The drafter qwen proposed to stop here, but the models disagreed" in text and "is to stop as well" in text
+    assert "The drafter qwen proposed to stop here; the models disagreed, so they voted" in text and "is to stop as well" in text
     replaced = next(r for r in math.tokens if r.decision == "ensembled_replaced")
     record = _ending(math, replaced)
     record.fusion.choice = "<eos>"
@@ -642,10 +642,14 @@ def test_compare_frame_and_figure():
     assert list(frame.columns) == ["measure", *NAMES]  # a run per column: two to four runs fit a phone
     row = {m: frame.iloc[i] for i, m in enumerate(frame["measure"])}
     assert [row["tokens"][n] for n in NAMES] == [t.stats.generated_tokens for t in traces.values()]
-    assert [row["E/T"][n] for n in NAMES] == [t.stats.et_ratio for t in traces.values()]
+    # E/T as a percentage with one decimal (SpecEM: its votes), human labels, latency to a tenth of a second
+    et = row["E/T (ensemble steps per token)"]
+    assert et["safe"] == f"{100 * traces['safe'].stats.et_ratio:.1f}%" and et["specem"].startswith("votes on every segment")
     assert [row["method"][n] for n in NAMES] == [t.method for t in traces.values()]
-    assert row["oov_blocked"]["safe"] == traces["safe"].stats.decisions["oov_blocked"]
-    assert row["oov_blocked"]["single"] == 0
+    assert row["tokens: blocked: tokenizer mismatch"]["safe"] == traces["safe"].stats.decisions["oov_blocked"]
+    assert row["tokens: blocked: tokenizer mismatch"]["single"] == 0
+    assert row["latency"]["safe"] == f"{traces['safe'].stats.latency_s:.1f} s"
+    assert not any("_" in m for m in frame["measure"])  # no raw keys such as ensembled_kept
     fig = visual.compare_figure(traces)
     assert len(fig.data) == 2 and all(len(bars.x) == len(NAMES) for bars in fig.data)
     assert list(fig.data[0].y) == [t.stats.latency_s for t in traces.values()]
@@ -906,7 +910,7 @@ def test_visual_imports_no_model_code():
     for path in (ROOT / "visual").glob("*.py"):
         for line in path.read_text(encoding="utf-8").splitlines():
             if re.match(r"\s*(from|import)\s+(ensemble|torch|transformers|gradio)\b", line):
-                assert re.match(r"\s*from ensemble\.(trace|keys) import ", line), f"{path.name}: {line}"
+                assert re.match(r"\s*from ensemble\.(trace|keys|readable) import ", line), f"{path.name}: {line}"
     code = "import sys, visual; bad = [m for m in ('torch', 'transformers', 'gradio') if m in sys.modules]; assert not bad, bad"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": ""})
 

@@ -12,7 +12,16 @@ from collections.abc import Callable, Iterator
 
 import visual
 from ensemble.errors import EnsembleError
-from ensemble.fork import compare_continuations, fork_method, fork_point, fork_settings, member_names, start_fork
+from ensemble.fork import (
+    check_force,
+    compare_continuations,
+    fork_method,
+    fork_method_for,
+    fork_point,
+    fork_settings,
+    member_names,
+    start_fork,
+)
 from ensemble.methods import TokenEvent
 from ensemble.trace import RunTrace, unique_labels
 
@@ -22,22 +31,25 @@ STREAM_INTERVAL = 0.25
 
 
 def fork_stream(trace: RunTrace | None, at, method: str, load: Callable[[list[str]], list], backend_for: Callable,
-                cancel) -> Iterator[ForkView]:
-    """Views of a fork of ``trace`` at token ``at`` by ``method``: the fork's text as it grows, then both
-    continuations compared. ``load`` loads models by name (the app's pool, offered names only)."""
+                cancel, force: str | None = None) -> Iterator[ForkView]:
+    """Views of a fork of ``trace`` at token ``at`` by ``method`` (with ``force``: that key put at ``at`` first,
+    and ``method`` None for the run's own): the fork's text as it grows, then both continuations compared.
+    ``load`` loads models by name (the app's pool, offered names only)."""
     if trace is None or at is None:
         yield ForkView(visual.error_html("Run the ensemble (or load a trace) and click a token first: the fork "
                                          "continues the answer from the selected token."))
         return
     cancel.clear()
     try:
+        force = check_force(force)
+        method = fork_method_for(trace, method, force)
         at, _ = fork_point(trace, int(at))
         names = member_names(trace, method)
         settings = fork_settings(trace, method, at)
         settings.validate(fork_method(trace, method)[0], unique_labels(names))
         yield ForkView(visual.status_html(f"Loading {', '.join(names)}…"))
         models = load(names)
-        job = start_fork(models, trace, at, method, settings, cancel=cancel, backend=backend_for(models))
+        job = start_fork(models, trace, at, method, settings, force, cancel=cancel, backend=backend_for(models))
     except EnsembleError as exc:
         yield ForkView(visual.error_html(str(exc)))
         return

@@ -1,6 +1,6 @@
-"""Shareable state: the page's URL holds the tab, the prompt (or the Tokenizers tab's text), the method, the
-models, the engine settings that differ from their defaults, and the selected token (``#t=18``); opening such a
-link restores them. Also the keys that step through the strip.
+"""Shareable state: the page's URL holds the tab, the prompt (or the Tokenizers tab's text, tokenizers and ids
+switch), the method, the models, the engine settings that differ from their defaults, projector mode and the
+selected token (``#t=18``); opening such a link restores them. Also the keys that step through the strip.
 
 Everything read from a URL is untrusted: names, methods and tabs must be ones the app offers, settings pass their
 declarations' checks (:func:`ensemble.settings.check_value`), texts are capped; anything else is ignored.
@@ -22,9 +22,32 @@ MAX_LINK_TEXT = 4000
 """Longest prompt or text a link carries (browsers and servers cap URL length far below MAX_PROMPT_CHARS)."""
 
 
-def link_query(tab: str, prompt: str, method: str, models: list[str], controls: Mapping) -> str:
-    """``?tab=…&prompt=…`` for the Run tab's form (settings only where they differ from the app's defaults)."""
+def _flag(value) -> str:
+    return "true" if value else "false"
+
+
+def tokenizer_query(text: str, models: list[str], ids: bool = False, show_whitespace: bool = True,
+                    large: bool = False) -> str:
+    """``?tab=tokenizers&text=…`` for the Tokenizers tab: its text, the chosen tokenizers, the ids switch and
+    whitespace markers where they differ from the tab's defaults, and projector mode when it is on."""
+    params: dict[str, str] = {"tab": "tokenizers", "text": (text or "")[:MAX_LINK_TEXT]}
+    if models:
+        params["tok_models"] = ",".join(models)
+    if ids:
+        params["ids"] = "true"
+    if not show_whitespace:
+        params["ws"] = "false"
+    if large:
+        params["large"] = "true"
+    return "?" + urlencode(params)
+
+
+def link_query(tab: str, prompt: str, method: str, models: list[str], controls: Mapping, large: bool = False) -> str:
+    """``?tab=…&prompt=…`` for the Run tab's form (settings only where they differ from the app's defaults; projector
+    mode when it is on)."""
     params: dict[str, str] = {"tab": tab if tab in TABS else "run", "prompt": (prompt or "")[:MAX_LINK_TEXT]}
+    if large:
+        params["large"] = "true"
     if method in METHODS:
         params["method"] = method
     if models:
@@ -56,8 +79,9 @@ def _none_value(name: str):
 
 
 def form_from_query(params: Mapping[str, str], model_choices: list[str]) -> dict:
-    """What a link asks for, checked: ``tab``, ``prompt``, ``text``, ``method``, ``models`` and ``settings``
-    (control values); keys it does not hold, or holds wrongly, are absent."""
+    """What a link asks for, checked: ``tab``, ``prompt``, ``text``, ``method``, ``models``, ``tok_models``, the
+    switches ``large`` (projector mode), ``ids`` and ``ws`` (Tokenizers tab) and ``settings`` (control values);
+    keys it does not hold, or holds wrongly, are absent."""
     out: dict = {}
     if params.get("tab") in TABS:
         out["tab"] = params["tab"]
@@ -67,9 +91,14 @@ def form_from_query(params: Mapping[str, str], model_choices: list[str]) -> dict
             out[key] = value
     if params.get("method") in METHODS:
         out["method"] = params["method"]
-    names = [n.strip() for n in str(params.get("models", "")).split(",") if n.strip() in model_choices]
-    if names:
-        out["models"] = list(dict.fromkeys(names))
+    for key in ("models", "tok_models"):
+        names = [n.strip() for n in str(params.get(key, "")).split(",") if n.strip() in model_choices]
+        if names:
+            out[key] = list(dict.fromkeys(names))
+    for key in ("large", "ids", "ws"):  # projector mode, the Tokenizers tab's ids switch and whitespace markers
+        flag = {"true": True, "false": False}.get(str(params.get(key, "")).lower())
+        if flag is not None:
+            out[key] = flag
     settings = {}
     for name in control_names():
         if name in params:
@@ -103,19 +132,29 @@ KEYS_JS = """
     next.click();
     next.scrollIntoView({block: 'nearest'});
   });
-  // #t=N: select token N once the strip shows it (a recorded or replayed run), as a click would
+  // #t=N: select token N, as a click would, whenever a finished run's strip shows it (the recording, or the linked
+  // prompt run minutes later), for as long as the address names that token (a click on another token renames it)
   const wanted = /^#t=(\\d+)$/.exec(location.hash);
   if (wanted) {
-    let tries = 0;
-    const timer = setInterval(() => {
+    let timer = null;
+    const select = () => {
+      if (location.hash !== '#t=' + wanted[1]) return;
+      if (/^\\s*Running /.test(document.getElementById('status')?.innerText || '')) return;  // done: the strip changes
       const token = document.querySelector(`#strip .el-tok[data-i="${wanted[1]}"]`);
-      if (token || ++tries > 100) { clearInterval(timer); if (token) { token.click(); token.scrollIntoView({block: 'center'}); } }
-    }, 200);
+      if (token && !token.classList.contains('el-selected')) { token.click(); token.scrollIntoView({block: 'center'}); }
+    };
+    const inside = (node) => (node.nodeType === 1 ? node : node.parentElement)?.closest?.('#strip, #status');
+    new MutationObserver((changes) => {
+      if (!changes.some((c) => inside(c.target))) return;
+      clearTimeout(timer);
+      timer = setTimeout(select, 600);  // once the strip and the status line have settled
+    }).observe(document.body, {childList: true, subtree: true, characterData: true});
+    timer = setTimeout(select, 600);
   }
 }
 """
 """Runs once on page load: ←/→ step through the strip's tokens, n/p jump to the next/previous blocked or replaced
-token (not while typing), and a ``#t=N`` in the URL selects token N."""
+token (not while typing), and a ``#t=N`` in the URL selects token N whenever a finished run shows it."""
 
 SHARE_JS = """
 (query) => {

@@ -98,6 +98,16 @@ element.addEventListener('click', (event) => {
 });
 """
 
+# A key clicked under the top-k panels: its exact text (``data-key``) to the fork handler, and the fork view in sight.
+WHATIF_JS = """
+element.addEventListener('click', (event) => {
+  const key = event.target.closest('[data-key]');
+  if (!key) return;
+  trigger('click', {key: key.dataset.key});
+  document.getElementById('fork-box')?.scrollIntoView({behavior: 'smooth', block: 'start'});
+});
+"""
+
 # A token clicked in a Compare card: its index and the card's run (``data-run``), for the inspector.
 COMPARE_JS = """
 let seq = 0;
@@ -147,6 +157,7 @@ class RunTab:
     stats: gr.HTML
     token_table: gr.Dataframe
     token_filter: gr.Dropdown
+    whatif: gr.HTML  # "What if it had chosen this?": the top-k keys as buttons; a click forks with that key forced
     strip_count: gr.Number | None = None  # filled by STRIP_COUNT_JS as Stop is clicked
 
 
@@ -201,6 +212,7 @@ def build_run_tab(model_choices: list[str], runtimes: list[str] = ("auto",), run
         with gr.Column(scale=1):
             charts_hint = gr.HTML(CHARTS_HINT, elem_id="charts-hint")  # until a token is selected, and why no fusion
             topk_plot = gr.Plot(label="Each model's top-k", elem_id="topk-plot", visible=False)
+            whatif = gr.HTML(elem_id="whatif", js_on_load=WHATIF_JS)  # under the top-k panels (visual.whatif_html)
             fusion_plot = gr.Plot(label="Fused distribution: before / after sharpening", elem_id="fusion-plot", visible=False)
     with gr.Accordion("Raw record (JSON)", open=False):
         record_json = gr.JSON(elem_id="record-json")
@@ -228,7 +240,7 @@ def build_run_tab(model_choices: list[str], runtimes: list[str] = ("auto",), run
     return RunTab(prompt, method, model_box, drafter, runtime_radio, controls, examples_box, examples.dataset, run_button,
                   stop_button, link_button, link_box, status, legend, strip, explanation, tokenization, charts_hint, topk_plot, fusion_plot,
                   record_json, fork_method, fork_button, fork_view, specem_view, rounds, round_slider, heatmap, weights_plot,
-                  weights_note, stats, token_table, token_filter, strip_count)
+                  weights_note, stats, token_table, token_filter, whatif, strip_count)
 
 
 @dataclass
@@ -242,6 +254,8 @@ class TokenizerTab:
     tok_counts: gr.Dataframe
     tok_save: gr.Button
     tok_html: gr.File
+    tok_link_button: gr.Button  # a link to this text, these tokenizers and switches (ui.links.tokenizer_query)
+    tok_link_box: gr.Textbox
 
 
 def build_tokenizer_tab(model_choices: list[str], default_models: list[str]) -> TokenizerTab:
@@ -249,10 +263,14 @@ def build_tokenizer_tab(model_choices: list[str], default_models: list[str]) -> 
     with gr.Row():
         tok_text = gr.Textbox(label="Text", lines=3, value="Sofia went to Plovdiv in 1999.", elem_id="tok-text")
         with gr.Column():
-            tok_models = gr.CheckboxGroup(model_choices, value=default_models, label="Tokenizers")
+            tok_models = gr.CheckboxGroup(model_choices, value=default_models, label="Tokenizers", elem_id="tok-models")
             tok_ws = gr.Checkbox(value=True, label="Show whitespace (· ↵ →)")
             tok_ids = gr.Checkbox(value=False, label="Show token ids and byte pieces", elem_id="tok-ids")
-            tok_button = gr.Button("Compare tokenizations", variant="primary", elem_id="tok-button")
+            with gr.Row():
+                tok_button = gr.Button("Compare tokenizations", variant="primary", elem_id="tok-button", scale=2)
+                tok_link_button = gr.Button("🔗 Copy link", elem_id="tok-link-button", scale=1)
+    tok_link_box = gr.Textbox(label="Link to this text, these tokenizers and switches (copied)", visible=False,
+                              interactive=False, elem_id="tok-link-box", buttons=["copy"])
     gr.Examples(TOKENIZER_EXAMPLES, inputs=[tok_text], label="Examples")
     tok_view = gr.HTML(elem_id="tok-view")
     tok_counts = gr.Dataframe(label="Token counts", elem_id="tok-counts")
@@ -262,7 +280,8 @@ def build_tokenizer_tab(model_choices: list[str], default_models: list[str]) -> 
         tok_png.click(None, js=png.TOKENIZERS_PNG_JS)
         tok_html = gr.File(label="Aligned view (HTML, opens offline)", elem_id="tok-html", scale=3, interactive=False,
                            elem_classes=[FILLED])
-    return TokenizerTab(tok_text, tok_models, tok_ws, tok_ids, tok_button, tok_view, tok_counts, tok_save, tok_html)
+    return TokenizerTab(tok_text, tok_models, tok_ws, tok_ids, tok_button, tok_view, tok_counts, tok_save, tok_html,
+                        tok_link_button, tok_link_box)
 
 
 @dataclass

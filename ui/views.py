@@ -49,6 +49,7 @@ class InspectView(NamedTuple):
     topk_plot: Any = None
     fusion_plot: Any = None
     record_json: Any = None
+    whatif: Any = ""  # the top-k keys to fork with (visual.whatif_html)
 
 
 class ForkView(NamedTuple):

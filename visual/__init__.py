@@ -9,7 +9,7 @@ from .charts import charts_note, fusion_figure, topk_figure
 from .escape import error_html, safe, status_html, whitespace
 from .explorer import EXPLORER_CSS
 from .export import compare_document, fork_document, run_document, tokenizers_document
-from .forks import fork_html
+from .forks import fork_html, whatif_html
 from .inspector import explain, inspector_json
 from .plaintext import explain_text
 from .report import report_document, results_figures, results_html, write_report
@@ -25,6 +25,7 @@ from .strip import (
     records_drawn,
     strip_html,
     token_groups,
+    trace_legend,
 )
 from .style import CSS as _BASE_CSS
 from .style import DECISION_LABELS, legend_html
@@ -77,8 +78,10 @@ __all__ = [
     "tokenizers_html",
     "tokens_csv",
     "topk_figure",
+    "trace_legend",
     "weights_figure",
     "weights_note",
+    "whatif_html",
     "whitespace",
     "write_report",
 ]

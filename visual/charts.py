@@ -89,7 +89,7 @@ def _marks(key: str, chosen: str | None, draft: str | None, chosen_name: str = "
     return " + ".join(tags)
 
 
-def _top_lists(record) -> tuple[dict[str, list[tuple[str, float]]], str]:
+def top_lists(record) -> tuple[dict[str, list[tuple[str, float]]], str]:
     """Each model's top-k at a record and where it came from: the fusion, SAFE's ``per_model_top``, or ``topk``."""
     fusion = record.fusion
     if fusion is not None:
@@ -132,7 +132,7 @@ def topk_figure(trace: RunTrace, index) -> go.Figure | None:
     record = rd.find_record(trace, index)
     if record is None:
         return None
-    per_model, source = _top_lists(record)
+    per_model, source = top_lists(record)
     per_model = {m: v for m, v in per_model.items() if v}
     if not per_model:
         return None

@@ -20,8 +20,8 @@ from .inspector import explain
 from .specem import rounds_html, weights_note
 from .splits import tokenization_html
 from .stats import stats_html
-from .strip import compare_html, strip_html
-from .style import CSS, legend_html
+from .strip import compare_html, strip_html, trace_legend
+from .style import CSS
 from .tokenizers import tokenizers_html
 
 _PAGE_CSS = """
@@ -76,7 +76,7 @@ def run_document(trace: RunTrace) -> str:
     body = (
         f"<h1>Ensemble Lens: {safe(trace.method)}</h1><p class=\"el-doc-meta\">{safe(meta)}</p>"
         f'<h3>Prompt</h3><div class="el-doc-panel" style="white-space: pre-wrap">{safe(trace.prompt)}</div>'
-        f"{warnings}{legend_html(trace.method, trace.models)}"
+        f"{warnings}{trace_legend(trace)}"
         f'<div class="el-strip">{strip_html(trace)}</div>'
         '<h3>Inspector</h3><div class="el-doc-panel el-explain" id="el-inspector">'
         '<p class="el-muted">Click a token above to see why.</p></div>'

@@ -7,9 +7,12 @@ decision colours, which mean decisions only); the first differing character gets
 
 from __future__ import annotations
 
+import re
+
 from ensemble.trace import RunTrace
 
 from . import records as rd
+from .charts import top_lists
 from .escape import safe, whitespace
 
 KEPT_PREVIEW = 160
@@ -21,6 +24,21 @@ def run_label(trace: RunTrace) -> str:
     if trace.method == "single":
         return f"{trace.models[0]} alone"
     return f"{trace.method} on {', '.join(trace.models)}"
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def parting_sentence(divergence: int | None, changed: int) -> str:
+    """Where two continuations part, in words: "They differ from their first character", "They part after 12
+    characters", with how many stretches of words differ (proper singular and plural)."""
+    if divergence is None:
+        return "The fork wrote exactly what the run wrote."
+    where = ("They differ from their first character" if divergence == 0
+             else f"They part after {_count(divergence, 'character', 'characters')} of the continuation")
+    stretches = _count(changed, "stretch of words differs", "stretches of words differ")
+    return f"{where}; {stretches} (struck out: only the run has them; underlined: only the fork)."
 
 
 def _side(title: str, diff: list, which: int, divergence, show_whitespace: bool) -> str:
@@ -57,15 +75,42 @@ def fork_html(original: RunTrace, forked: RunTrace, comparison: dict, show_white
     preview = kept if len(kept) <= KEPT_PREVIEW else "…" + kept[-KEPT_PREVIEW:]
     divergence = rd.integer(comparison.get("divergence"))
     diff = [d for d in comparison.get("diff", []) if isinstance(d, (list, tuple)) and len(d) == 3]
-    if divergence is None:
-        verdict = "The fork wrote exactly what the run wrote."
-    else:
-        changed = sum(1 for d in diff if d[0] != "equal")
-        verdict = (f"They part after {divergence} character(s) of the continuation; {changed} stretch(es) of words "
-                   "differ (struck out: only the run has them; underlined: only the fork).")
-    head = (f'<p>Forked at token #{at}: <b>{safe(run_label(forked))}</b> continued the text of '
+    verdict = parting_sentence(divergence, sum(1 for d in diff if d[0] != "equal"))
+    force = fork.get("force")
+    how = (f', with the key <code class="el-key">{whitespace(force, True, breaks=False)}</code> forced there, '
+           if isinstance(force, str) and force else ": ")
+    head = (f'<p>Forked at token #{at}{how}<b>{safe(run_label(forked))}</b> continued the text of '
             f'<b>{safe(run_label(original))}</b> from there. {safe(verdict)}</p>'
             f'<p class="el-muted">Kept text: <span class="el-kept">{whitespace(preview, show_whitespace)}</span></p>')
     sides = (_side(f"the run ({run_label(original)})", diff, 0, divergence, show_whitespace)
              + _side(f"the fork ({run_label(forked)})", diff, 1, divergence, show_whitespace))
     return f'<div class="el-explain">{head}<div class="el-fork">{sides}</div></div>'
+
+
+_BYTE_KEY = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+MAX_WHATIF_KEYS = 12
+
+
+def whatif_html(trace: RunTrace, index) -> str:
+    """"What if it had chosen this?" under the top-k panels: every key of the models' top-k at token ``index``
+    (but the one chosen) as a button; a click forks the answer with that key forced at this token and the run's
+    method going on (``data-key`` holds the key's exact text). "" when the token has no top-k."""
+    record = rd.find_record(trace, index)
+    if record is None:
+        return ""
+    per_model = top_lists(record)[0]
+    chosen = trace.text[record.start : record.end] or record.text
+    best: dict[str, float] = {}
+    for top in per_model.values():
+        for key, p in top:
+            if key != chosen and key not in rd.END_TEXTS and not _BYTE_KEY.search(key) and key.strip("\ufffd"):
+                best[key] = max(best.get(key, 0.0), rd.number(p) or 0.0)
+    keys = sorted(best, key=lambda k: -best[k])[:MAX_WHATIF_KEYS]
+    if not keys:
+        return ""
+    method = "the drafter" if trace.method == "single" else trace.method
+    buttons = "".join(f'<button type="button" class="el-whatif-key" data-key="{safe(k)}" title="fork with {safe(k)} '
+                      f'forced here">{whitespace(k, True, breaks=False)}</button>' for k in keys)
+    return (f'<div class="el-whatif"><p><b>What if it had chosen this?</b> Click a key: the answer forks at token '
+            f'#{int(record.index)} with that key instead of {whitespace(chosen, True, breaks=False)}, and '
+            f'{safe(method)} goes on with the same models and settings.</p><div class="el-whatif-keys">{buttons}</div></div>')

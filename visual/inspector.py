@@ -53,6 +53,10 @@ def _sharpening(fusion) -> str:
             if lead_before is not None and lead_before != lead_after
             else "it did not change the leader."
         )
+        if lead_before is not None and lead_before != lead_after and lead_before.startswith(lead_after):
+            change += (f" Why a prefix wins: sharpening adds to a key the probability of the longer keys that start with "
+                       f"it, because after {_k(lead_after)} every model can still go on to {_k(lead_before)} (and to "
+                       f"the other continuations), so the shorter key gathers the support of them all.")
         return f"Sharpening ({safe(fusion.sharpen)}) ran because the fused maximum was below 0.5; {change}"
     if fusion.sharpen and fusion.sharpen != "none":
         return f"Sharpening ({safe(fusion.sharpen)}) was on but did not run: the fused maximum was already 0.5 or more."
@@ -128,6 +132,9 @@ def _explain_drafter(record: TokenRecord, trace: RunTrace) -> list[str]:
         first = f"{_m(record.model)} chose to end the answer here" + (f" (probability {_p(p)})" if p is not None else "") + "."
         others = _runners_up(top, record.text)
         return [first, f"Had it gone on, its next choices were: {others}." if others else ""]
+    if isinstance(record.details, DrafterDetails) and record.details.forced:
+        return [f"You chose {_k(record.text)} here (What if it had chosen this?): it was put in as text, every model "
+                "re-read the answer with it, and the method went on from there."]
     if record.condition == "completes_character":
         return [
             f"A byte token of {_m(record.model)} that finishes the character the token before it started: the chosen key "
@@ -192,21 +199,30 @@ def _discarded(record: TokenRecord, trace: RunTrace) -> str:
         return ""
     cut = max(0, min(len(text), record.start - int(rnd.start)))
     return (f" The drafter's whole draft for this round was {_k(text)}; from this token on, {_k(text[cut:])} was "
-            "discarded. To see what the drafter alone would have written from here, fork from this token with the "
-            "drafter alone (What if? below).")
+            f"discarded. To see what the drafter alone would have written from here, fork from this token with the "
+            f"drafter alone (in the app: What if?, under the inspector; on the command line: "
+            f"<code>fork --at {int(record.index)}</code>).")
 
 
 def _explain_ensembled(record: TokenRecord, trace: RunTrace) -> list[str]:
     d, fusion = record.details, record.fusion
     method = _fusion_name(record, trace)
     end = _is_end(record, trace)
-    why = f"{_mean(d, trace)} ≤ 0.5 and not every verifier's top choice matched the draft"
+    why = (f"Why a vote: the {_mean(d, trace)} ≤ 0.5 and not every verifier's top choice matched the draft, so SAFE "
+           f"fused their distributions with {method}.")
+    draft_key = _k(fusion.draft) if fusion is not None and isinstance(fusion.draft, str) else "the draft"
+    choice_key = _k(fusion.choice) if fusion is not None and isinstance(fusion.choice, str) else _k(record.text)
+    drafter = _m(rd.drafter_of(record, trace))
     if end and record.decision == Decision.ENSEMBLED_KEPT:
-        first = f"The drafter {_m(rd.drafter_of(record, trace))} proposed to stop here, but the models disagreed ({why}), so SAFE fused their distributions with {method}."
+        first = f"The drafter {drafter} proposed to stop here; the models disagreed, so they voted, and the vote was to stop too."
+    elif end:
+        first = f"The models disagreed, so they voted: the vote was to stop here instead of the drafter's {draft_key}."
+    elif record.decision == Decision.ENSEMBLED_KEPT:
+        first = f"The models disagreed, so they voted: their weighted average picked the drafter's {draft_key} too, so it stayed."
     else:
-        first = f"The models disagreed here ({why}), so SAFE fused their distributions with {method}."
+        first = f"The models disagreed, so they voted: their weighted average picked {choice_key}, which replaced the drafter's {draft_key}."
     if fusion is None:
-        return [first]
+        return [first, why]
     fused_p = d.fused_prob
     choice = f"{_k(fusion.choice)}" + (f" (fused probability {_p(fused_p)})" if rd.number(fused_p) is not None else "")
     draft = _k(fusion.draft) if isinstance(fusion.draft, str) else "the draft"
@@ -228,7 +244,8 @@ def _explain_ensembled(record: TokenRecord, trace: RunTrace) -> list[str]:
         if fusion.draft in rd.END_TEXTS:
             verdict += " (The drafter wanted to stop here; the ensemble went on.)"
     completion = _completion(record)
-    return [first, verdict + (f" {completion}" if completion else ""), _favourites(fusion.per_model), _sharpening(fusion), _weights(fusion)]
+    return [first, f"{why} {verdict}" + (f" {completion}" if completion else ""), _favourites(fusion.per_model),
+            _sharpening(fusion), _weights(fusion)]
 
 
 def _vocabulary(record: TokenRecord, trace: RunTrace, key: str, support: dict[str, float | None]) -> str:

@@ -180,7 +180,7 @@ def weights_figure(trace: RunTrace) -> go.Figure | None:
 
 
 WEIGHTS_MEANING = (
-    "A model's weight multiplies its scores when the verifiers vote. It grows when the *other* verifiers rank "
+    "A model's weight multiplies its scores when the verifiers vote. It grows when the other verifiers (not the model itself) rank "
     "that model's drafted segment above the rest (Hedge reward: the share of such comparisons it wins), by a "
     "step that shrinks every round (eta0·sqrt(1/K)/t). It follows how the models judge each other's drafts, "
     "not whether an answer is correct."
@@ -200,7 +200,7 @@ def weights_note(trace: RunTrace) -> str:
     for rnd in trace.rounds:
         if rnd.winner:
             wins[rnd.winner] = wins.get(rnd.winner, 0) + 1
-    parts = [f"<p>{safe(WEIGHTS_MEANING)}</p>"]
+    parts = [f"<p>{safe(WEIGHTS_MEANING)}</p>"]  # plain text in HTML: no Markdown (it would show as *raw*)
     if last:
         shown = ", ".join(
             f"{safe(label(m, glyphs=False))} won {wins.get(m, 0)} of {len(trace.rounds)} segments, weight "

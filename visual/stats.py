@@ -9,6 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ensemble.readable import DECISION_WORDS, et_text
 from ensemble.trace import DECISIONS, RunTrace
 
 from . import records as rd
@@ -85,7 +86,7 @@ def stats_html(trace: RunTrace) -> str:
     et = rd.number(s.et_ratio)
     kpis = [
         _kpi("tokens", _fmt(s.generated_tokens, 0), "generated tokens; an answer that ended by itself counts its end-of-sequence token"),
-        _kpi("E/T", "–" if et is None else f"{100 * et:.1f}%", "ensemble steps per generated token"),
+        _kpi("E/T", safe(et_text(et, trace.method, s.rounds)), "ensemble steps per generated token"),
         _kpi("latency", _fmt(s.latency_s, 2, " s")),
         _kpi("tokens/s", _fmt(s.tokens_per_s, 2)),
         _kpi("first token", _fmt(s.first_token_s, 2, " s")),
@@ -137,16 +138,18 @@ def compare_frame(traces: dict[str, RunTrace]) -> pd.DataFrame:
     the decision counts. Runs are columns because there are two to four of them and a dozen measures: the table
     then fits a phone's width (a run per row would need eleven columns)."""
     present = _ordered_decisions({d: 1 for t in traces.values() for d in rd.mapping(t.stats.decisions)})
+    runs = list(traces.values())
     measures: list[tuple[str, list]] = [
-        ("method", [t.method for t in traces.values()]),
-        ("models", [", ".join(map(str, t.models)) for t in traces.values()]),
-        ("tokens", [t.stats.generated_tokens for t in traces.values()]),
-        ("E/T", [t.stats.et_ratio for t in traces.values()]),
-        ("latency (s)", [t.stats.latency_s for t in traces.values()]),
-        ("tokens/s", [t.stats.tokens_per_s for t in traces.values()]),
-        ("first token (s)", [t.stats.first_token_s for t in traces.values()]),
+        ("method", [t.method for t in runs]),
+        ("models", [", ".join(map(str, t.models)) for t in runs]),
+        ("tokens", [t.stats.generated_tokens for t in runs]),
+        ("E/T (ensemble steps per token)", [et_text(t.stats.et_ratio, t.method, t.stats.rounds) for t in runs]),
+        ("latency", [number_text(t.stats.latency_s, 1, suffix=" s") for t in runs]),
+        ("tokens/s", [number_text(t.stats.tokens_per_s, 1) for t in runs]),
+        ("first token", [number_text(t.stats.first_token_s, 2, suffix=" s") for t in runs]),
     ]
-    measures += [(d, [rd.mapping(t.stats.decisions).get(d, 0) for t in traces.values()]) for d in present]
+    measures += [(f"tokens: {DECISION_WORDS.get(d, d)}", [rd.mapping(t.stats.decisions).get(d, 0) for t in runs])
+                 for d in present]
     columns = {"measure": pd.Series([m for m, _ in measures], dtype=object)}
     for i, name in enumerate(traces):
         columns[str(name)] = pd.Series([values[i] for _, values in measures], dtype=object)
@@ -158,7 +161,7 @@ def compare_figure(traces: dict[str, RunTrace]) -> go.Figure | None:
     if not traces:
         return None
     names = unique([label(n, glyphs=False) for n in traces])
-    fig = make_subplots(rows=1, cols=2, subplot_titles=["latency (s)", "E/T (steps per token)"], horizontal_spacing=0.15)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["latency (s)", "E/T (ensemble steps per token)"], horizontal_spacing=0.15)
     for col, (metric, values) in enumerate(
         [("latency (s)", [t.stats.latency_s for t in traces.values()]), ("E/T", [t.stats.et_ratio for t in traces.values()])], start=1
     ):
@@ -169,7 +172,7 @@ def compare_figure(traces: dict[str, RunTrace]) -> go.Figure | None:
                     ("method", label(t.method, glyphs=False)),
                     ("models", label(", ".join(map(str, t.models)), 60, glyphs=False)),
                     ("tokens", safe(t.stats.generated_tokens)),
-                    (metric, safe(v)),
+                    (metric, safe(et_text(v, t.method, t.stats.rounds) if metric == "E/T" else v)),
                 ]
             )
             for name, t, v in zip(names, traces.values(), values)
@@ -187,6 +190,7 @@ def compare_figure(traces: dict[str, RunTrace]) -> go.Figure | None:
             col=col,
         )
     fig.update_yaxes(rangemode="tozero")
+    fig.update_yaxes(tickformat=".1%", row=1, col=2)  # E/T as everywhere else: a percentage with one decimal
     return style(fig, 340, "Runs compared")
 
 

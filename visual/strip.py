@@ -225,7 +225,14 @@ def compare_html(traces: dict[str, RunTrace]) -> str:
         cards.append(
             f'<div class="el-compare-card" data-run="{safe(key)}"><h4>{safe(compare_label(trace))}</h4>'
             + (f'<p class="el-warning">{safe(" · ".join(trace.warnings))}</p>' if trace.warnings else "")
-            + f"{legend_html(trace.method, trace.models)}"
+            + trace_legend(trace)
             + f'<div class="el-strip">{_strip_marked(trace, at)}</div></div>'
         )
     return f'{note}<div class="el-compare">{"".join(cards)}</div>'
+
+
+def trace_legend(trace: RunTrace) -> str:
+    """The legend of a run: the decisions its method and settings can produce, and the end marker only when the
+    answer ended by itself (its last record is the end of sequence), not when it hit the token budget."""
+    ended = bool(trace.tokens) and rd.is_end(trace.tokens[-1], len(trace.text))
+    return legend_html(trace.method, trace.models, trace.settings if isinstance(trace.settings, dict) else None, ended)

@@ -7,6 +7,8 @@ tints, so text keeps the theme's own colour on light and dark themes alike.
 
 from __future__ import annotations
 
+from ensemble.readable import method_decisions
+
 from .escape import safe
 
 # decision -> (solid colour, underline style, short label, one-line description)
@@ -34,15 +36,6 @@ END_MARKER = "⏹ end"  # how the strip draws the end-of-sequence record
 # One colour per model for SpecEM (classes model-0, model-1, ... in the order of trace.models).
 MODEL_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#999999")
 MODEL_CLASSES = 16  # CSS exists for model-0 .. model-15; colours repeat with another underline after 8
-
-METHOD_DECISIONS: dict[str, tuple[str, ...]] = {
-    "single": ("drafter",),
-    "safe": ("consensus", "oov_blocked", "gated", "ensembled_kept", "ensembled_replaced", "drafter"),
-    "unite": ("fused",),
-    "gac": ("fused", "gated"),
-    "specem": ("segment",),
-}
-
 
 def model_colour(i: int) -> str:
     return MODEL_COLOURS[i % len(MODEL_COLOURS)]
@@ -201,6 +194,10 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
 .el-fork-side del { text-decoration: line-through; text-decoration-thickness: 2px; background: var(--el-faint); }
 .el-fork-side ins { text-decoration: none; font-weight: 600; box-shadow: inset 0 -2px 0 currentColor;
   background: var(--el-faint); }
+.el-whatif-keys { display: flex; flex-wrap: wrap; gap: 6px; margin: 4px 0; }
+.el-whatif-key { font-family: var(--el-mono); white-space: pre; border: 1px solid var(--el-line); border-radius: 4px;
+  padding: 2px 8px; min-height: 32px; cursor: pointer; background: var(--el-faint); }
+.el-whatif-key:hover, .el-whatif-key:focus-visible { outline: 2px solid currentColor; }
 """
 """Layout of every view; the decision and model colour rules are generated after it."""
 
@@ -229,15 +226,15 @@ def swatch(cls: str, sample: str = "Ab") -> str:
     return f'<span class="el-swatch {safe(cls)}">{safe(sample)}</span>'
 
 
-def legend_html(method: str, models: list[str]) -> str:
-    """One swatch per decision ``method`` can produce; for SpecEM one per model (``model-N``)."""
+def legend_html(method: str, models: list[str], settings: dict | None = None, ended: bool = False) -> str:
+    """One swatch per decision ``method`` (with ``settings``) can produce; for SpecEM one per model (``model-N``);
+    the end marker only for an answer that ended by itself (``ended``), not one that hit its token budget."""
     items = []
     if method == "specem":
         for i, name in enumerate(models):
             items.append((f"model-{i}", f"segment of {name}", f"{name}'s segment won the round"))
     else:
-        decisions = METHOD_DECISIONS.get(method, tuple(d for d in DECISION_STYLE if d != "segment"))
-        for decision in decisions:
+        for decision in method_decisions(method, settings):
             if decision == "consensus":
                 items.extend(CONSENSUS_KINDS.values())
                 continue
@@ -247,8 +244,9 @@ def legend_html(method: str, models: list[str]) -> str:
         f'<span class="el-legend-item" title="{safe(description)}">{swatch(cls)}<span>{safe(label)}</span></span>'
         for cls, label, description in items
     ]
-    parts.append(
-        '<span class="el-legend-item el-muted" title="the end-of-sequence token, coloured by the decision that accepted it">'
-        f"{safe(END_MARKER)}: the answer ended by itself</span>"
-    )
+    if ended:
+        parts.append(
+            '<span class="el-legend-item el-muted" title="the end-of-sequence token, coloured by the decision that '
+            f'accepted it">{safe(END_MARKER)}: the answer ended by itself</span>'
+        )
     return f'<div class="el-legend">{"".join(parts)}</div>'

@@ -1,4 +1,5 @@
-"""``python -m ensemble fork TRACE.json --at N --method M``: continue a saved run from its token N another way.
+"""``python -m ensemble fork TRACE.json --at N --method M``: continue a saved run from its token N another way;
+``--force KEY`` puts that key at token N ("What if it had chosen this?") and lets the run's own method go on.
 
 Loads the trace's models (``--runtime`` as for generate), runs the fork (:mod:`ensemble.fork`), prints both
 continuations and where they part, and saves the fork's trace with ``--out`` (it opens in the app's Trace tab).
@@ -21,8 +22,12 @@ from .options import add_runtime_option
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", help="a trace JSON file (generate --out, the app's Trace tab export)")
     p.add_argument("--at", type=int, required=True, help="the token number to re-decide (0 = the whole answer)")
-    p.add_argument("--method", default=DRAFTER_ALONE, choices=FORK_METHODS,
-                   help=f"{DRAFTER_ALONE}: the run's drafter alone (default); or any method on the run's models")
+    p.add_argument("--method", default=None, choices=FORK_METHODS,
+                   help=f"{DRAFTER_ALONE}: the run's drafter alone (default); or any method on the run's models "
+                        "(with --force: the run's own method)")
+    p.add_argument("--force", default=None, metavar="KEY",
+                   help="the key to put at token N instead of the run's, as its exact text (e.g. ' F'; any model's "
+                        "top-k key); the method then continues from it")
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="the fork's token budget (default: what the run had left at the fork)")
     p.add_argument("--out", default=None, help="save the fork's trace JSON here")
@@ -34,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_fork(args) -> int:
-    from ..fork import fork_method, fork_point, fork_settings, run_fork
+    from ..fork import check_force, fork_method, fork_method_for, fork_point, fork_settings, run_fork
     from ..models import ModelPool, resolve
     from ..trace import RunTrace, unique_labels
 
@@ -43,6 +48,8 @@ def cmd_fork(args) -> int:
     except TraceFormatError as exc:
         raise TraceFormatError(f"{args.trace}: {str(exc).rstrip('.')}. Give a trace saved by `generate --out FILE.json` or the app's "
                                "download.") from exc
+    args.force = check_force(args.force)
+    args.method = fork_method_for(trace, args.method, args.force)
     at, _ = fork_point(trace, args.at)
     settings = fork_settings(trace, args.method, at, max_new_tokens=args.max_new_tokens)
     names = member_names(trace, args.method)
@@ -56,7 +63,7 @@ def cmd_fork(args) -> int:
         if path:
             check_output_file(path)
     pool = ModelPool(device=args.device, runtime=args.runtime)
-    forked, comparison = run_fork(pool.get_many(names), trace, at, args.method, settings)
+    forked, comparison = run_fork(pool.get_many(names), trace, at, args.method, settings, args.force)
     if args.json:  # printed before the files are written: a file that fails does not lose the run
         print(json.dumps({"fork": forked.to_dict(), "comparison": comparison.to_dict()}, ensure_ascii=False), flush=True)
     if args.out:
@@ -70,7 +77,8 @@ def cmd_fork(args) -> int:
     print(comparison.kept)
     print(f"-- the run ({trace.method}) went on:", file=sys.stderr)
     print(comparison.original)
-    print(f"-- the fork ({label}) went on:", file=sys.stderr)
+    forced = f" from the forced key {args.force!r}" if args.force else ""
+    print(f"-- the fork ({label}) went on{forced}:", file=sys.stderr)
     print(comparison.forked)
     if comparison.divergence is None:
         print("-- identical continuations", file=sys.stderr)

@@ -12,6 +12,7 @@ from ..models import DEFAULT_ENSEMBLE, resolve
 from ..models.device import resolve_device
 from ..models.runtimes import split_runtime
 from ..outputs import check_distinct_outputs, check_output_file, write_output
+from ..readable import DECISION_WORDS, decisions_text, et_text, method_decisions
 from .common import models_arg, read_text, write_document
 from .options import add_backend_options, add_dtype_option, add_engine_options, backend_from_args, settings_from_args
 
@@ -72,6 +73,8 @@ def cmd_generate(args) -> int:
     stop = threading.Event()
     job = EnsembleRun(models, prompt, args.method, settings, cancel=stop, backend=pool.backend)
     color = sys.stdout.isatty() and not args.json and os.environ.get("NO_COLOR") is None
+    if color:
+        print(legend_line(args.method, job.trace.settings), file=sys.stderr)
     printed, failed = 0, None
     events = job.events()
     try:
@@ -114,11 +117,13 @@ def cmd_generate(args) -> int:
     for w in trace.warnings:
         print(f"warning: {w}", file=sys.stderr)
     print(
-        f"-- {trace.method} on {', '.join(trace.models)}: {s.generated_tokens} tokens, E/T {s.et_ratio:.3f}, "
-        f"{s.latency_s:.2f} s, {s.tokens_per_s:.2f} tok/s, stop: {s.stop_reason}",
+        f"-- {trace.method} on {', '.join(trace.models)}: {s.generated_tokens} tokens, "
+        f"E/T {et_text(s.et_ratio, trace.method, s.rounds)}, {s.latency_s:.2f} s, {s.tokens_per_s:.2f} tok/s, "
+        f"stop: {STOP_WORDS.get(s.stop_reason, s.stop_reason)}",
         file=sys.stderr,
     )
-    print(f"   decisions: {s.decisions}  forward passes: {s.forward_passes}", file=sys.stderr)
+    passes = ", ".join(f"{m} {n}" for m, n in s.forward_passes.items())
+    print(f"   tokens by decision: {decisions_text(s.decisions)}; forward passes: {passes}", file=sys.stderr)
     return 0
 
 
@@ -137,3 +142,14 @@ def save_outputs(args, trace) -> list[str]:
             print(f"error: {exc}{hint}", file=sys.stderr)
             failures.append(str(exc))
     return failures
+
+
+STOP_WORDS = {"eos": "the answer ended by itself", "budget": "the token budget", "stop_string": "a stop string",
+              "cancelled": "stopped", "member_failed": "a member failed"}
+
+
+def legend_line(method: str, settings: dict) -> str:
+    """What the colours of the streamed text mean, for the decisions this run can produce (uncoloured: the
+    drafter's own tokens, and for SpecEM every token)."""
+    parts = [f"{ANSI[d]}{DECISION_WORDS[d]}\x1b[0m" for d in method_decisions(method, settings) if d in ANSI]
+    return "colours: " + (", ".join(parts) if parts else "none (every token is one model's)") + "; plain: drafter only"

@@ -90,5 +90,6 @@ def backend_from_args(args, members: int = 3, names: list[str] | None = None):
     device = getattr(args, "device", "cpu")
     if args.backend == "auto" and not (resources or args.ray_address):
         name, why = auto_backend(device, members)
-        print(f"[ensemble] member backend: {name} ({why})", file=sys.stderr)
+        if getattr(args, "verbose", False):  # one line, and only when asked: every run starts with the answer
+            print(f"[ensemble] member backend: {name} ({why.split(';')[0].split('. ')[0]})", file=sys.stderr)
     return make_backend(args.backend, args.ray_address, resources, args.member_threads, device=device, members=members)

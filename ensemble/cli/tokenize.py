@@ -8,6 +8,7 @@ import json
 from ..errors import SettingsError
 from ..models import DEFAULT_MODELS
 from ..outputs import check_output_file
+from ..readable import caret_lines
 from .common import models_arg, read_text, write_document
 
 
@@ -49,8 +50,9 @@ def cmd_tokenize(args) -> int:
         print(f"{name:<{width}}  {info['count']:>5} tokens  {shown}{more}")
     interior = [b for b in result["shared_boundaries"] if 0 < b < len(result["text"])]
     print(f"shared boundaries: {len(interior)} of {len(result['all_boundaries']) - 2} interior; agreement {result['agreement']:.1f}%")
-    for name, info in result["models"].items():
-        miss = [b for b in info["missing"]]
-        if miss:
-            print(f"  {name} lacks a boundary at {miss[:12]}{' …' if len(miss) > 12 else ''}")
+    missing = {name: list(info["missing"]) for name, info in result["models"].items() if info["missing"]}
+    if missing:
+        print("^ : a token edge this model lacks where another model has one")
+        for line in caret_lines(result["text"], missing):
+            print(line)
     return 0

@@ -51,6 +51,8 @@ class EnsembleRun:
         backend: where the members compute (:mod:`ensemble.members`; default in this process).
         fork: a fork's record (:mod:`ensemble.fork`): the response starts as ``kept`` (the forked run's text up to
             the fork point) and ``fork`` is kept in the trace.
+        force: a fork's forced key: its text is committed first, as the run's token 0 (every model re-syncs to
+            it, as after a fused key), and the method continues from there.
     """
 
     def __init__(
@@ -64,6 +66,7 @@ class EnsembleRun:
         backend: Backend | None = None,
         fork: dict | None = None,
         kept: str = "",
+        force: str = "",
     ):
         settings = settings or Settings()
         names = unique_names(models)
@@ -76,7 +79,7 @@ class EnsembleRun:
         backend = backend or LOCAL
         self.adapters = [ModelAdapter(m, n, backend.runtime(m, n)) for m, n in zip(models, names, strict=True)]
         self.backend = backend.for_run([a.runtime for a in self.adapters], method)
-        self.run = Run(method, self.adapters, prompt, settings, cancel, self.backend, fork, kept)
+        self.run = Run(method, self.adapters, prompt, settings, cancel, self.backend, fork, kept, force)
         self.trace: RunTrace = self.run.trace
         self.backend.assign(method, self.adapters, None if method == "specem" else self.run.lead)
 

@@ -15,7 +15,7 @@ from ..errors import Cancelled, InputError
 from ..keys import EOS_KEY, MAX_PROMPT_CHARS, display_key, replace_lone_surrogates
 from ..members.base import LOCAL, Backend
 from ..settings import Settings
-from ..trace import Decision, Details, FusionRecord, RoundRecord, RunTrace, TokenRecord
+from ..trace import Decision, Details, DrafterDetails, FusionRecord, RoundRecord, RunTrace, TokenRecord
 
 
 @dataclass
@@ -113,6 +113,7 @@ class Run:
         backend: Backend | None = None,
         fork: dict | None = None,
         kept: str = "",
+        force: str = "",
     ):
         self.method = method
         self.adapters = adapters
@@ -154,10 +155,12 @@ class Run:
             adapter.full_rows = reads_whole_rows(method, settings)
             adapter.runtime.rows_kept = rows_read_later(method, settings, adapter.name == self.trace.drafter)
             adapter.start(self.prompt)
-            if kept:  # a fork (ensemble.fork): the response so far is the run's kept text, tokenized afresh
-                adapter.sync(kept)
+            if kept or force:  # a fork (ensemble.fork): the response so far is the run's kept text, tokenized afresh
+                adapter.sync(kept + force)  # a forced key is committed as text, every model re-syncs (as after a fused key)
         self.text = kept
         self._base = len(kept)  # the response's start (a fork's kept text is not the run's)
+        if force:
+            self.add(force, force, "ensemble", Decision.DRAFTER, details=DrafterDetails(forced=True))
 
     @property
     def lead(self) -> ModelAdapter:

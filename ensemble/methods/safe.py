@@ -214,7 +214,10 @@ class Safe:
         for v in self.verifiers:
             v.follow(drafter)  # same tokenizer: condition on the drafter's very tokens
         starts = {drafter.token_start(draft.first + j) for j in range(len(draft.tokens))} - {None}
-        own = {v.name: set(v.boundaries_from(draft.base)) for v in self.verifiers}
+        # A verifier's token may start before the draft (its "Fra" over the committed " F" and the drafted "ra"):
+        # its edges are read from where that token starts, so a blocked first draft token has its row too.
+        lo = {v.name: v.edge_at_or_before(draft.base) for v in self.verifiers}
+        own = {v.name: set(v.boundaries_from(lo[v.name])) for v in self.verifiers}
         self.inside = {v.name: _covering_starts(starts, own[v.name]) for v in self.verifiers}
         # Rows beyond the shared boundaries, from the same pass, for the inspector at blocked tokens: a verifier's
         # row at each draft boundary it has, and where its token around each one it lacks starts. A round with no
@@ -224,7 +227,7 @@ class Safe:
         rows_at = {v.name: (starts & own[v.name]) | set(self.inside[v.name].values()) for v in self.verifiers}
 
         def job(v: ModelAdapter):
-            return v.distributions_from(draft.base, rows_at[v.name]), time.perf_counter()
+            return v.distributions_from(lo[v.name], rows_at[v.name]), time.perf_counter()
 
         started = time.perf_counter()
         wait = self.run.backend.submit(job, self.verifiers)

@@ -1,0 +1,95 @@
+"""Run numbers and decisions in words, written the same way in the app, its offline pages and the command line.
+
+E/T (ensemble steps per generated token) is a percentage with one decimal everywhere; SpecEM, which takes no
+token-level ensemble step but has the models vote on every segment, says so instead of "0.0%".
+"""
+
+from __future__ import annotations
+
+import math
+
+DECISION_WORDS = {
+    "drafter": "drafter only",
+    "consensus": "consensus",
+    "oov_blocked": "blocked: tokenizer mismatch",
+    "ensembled_kept": "ensembled, draft kept",
+    "ensembled_replaced": "ensembled, draft replaced",
+    "fused": "fused (every token)",
+    "gated": "GaC gate: primary confident",
+    "segment": "SpecEM segment",
+}
+"""A decision's name for people (``visual.style`` draws the same labels beside its colours)."""
+
+METHOD_DECISIONS: dict[str, tuple[str, ...]] = {
+    "single": ("drafter",),
+    "safe": ("consensus", "oov_blocked", "gated", "ensembled_kept", "ensembled_replaced", "drafter"),
+    "unite": ("fused",),
+    "gac": ("fused", "gated"),
+    "specem": ("segment",),
+}
+
+
+def method_decisions(method: str, settings: dict | None = None) -> tuple[str, ...]:
+    """The decisions a run of ``method`` with ``settings`` can produce: GaC's gate only where a gate is on (SAFE
+    with GaC fusion, GaC with a gate); without settings, all the method's."""
+    decisions = METHOD_DECISIONS.get(method, tuple(d for d in DECISION_WORDS if d != "segment"))
+    if isinstance(settings, dict):
+        gate = settings.get("gac_gate") is not None and (method == "gac" or settings.get("fusion") == "gac")
+        if not gate:
+            decisions = tuple(d for d in decisions if d != "gated")
+    return decisions
+
+
+def plural(n: int, one: str, many: str | None = None) -> str:
+    """``1 round``, ``3 rounds`` (``many`` for irregular plurals)."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+def et_text(et_ratio, method: str | None = None, rounds=None) -> str:
+    """E/T as people read it: ``12.0%``; for SpecEM ``votes on every segment (3 rounds)``; ``–`` when unknown."""
+    if method == "specem":
+        n = rounds if isinstance(rounds, int) and not isinstance(rounds, bool) and rounds >= 0 else None
+        return "votes on every segment" + (f" ({plural(n, 'round')})" if n is not None else "")
+    if isinstance(et_ratio, bool) or not isinstance(et_ratio, int | float) or not math.isfinite(et_ratio):
+        return "–"
+    return f"{100 * et_ratio:.1f}%"
+
+
+def decisions_text(counts) -> str:
+    """Decision counts as words, most frequent first: ``consensus 30, blocked: tokenizer mismatch 4``."""
+    items = [(str(k), v) for k, v in (counts.items() if isinstance(counts, dict) else []) if isinstance(v, int)]
+    items.sort(key=lambda kv: -kv[1])
+    return ", ".join(f"{DECISION_WORDS.get(k, k)} {v}" for k, v in items) or "none"
+
+
+def _width(ch: str) -> int:
+    import unicodedata
+
+    if unicodedata.combining(ch) or ch in "\u200d\ufe0f":
+        return 0
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+_SHOWN = str.maketrans({"\n": "↵", "\t": "→", "\r": "␍"})
+
+
+def caret_lines(text: str, marks: dict[str, list[int]], limit: int = 120) -> list[str]:
+    """The text on one line (newlines as ↵), then a line per model with a ``^`` under the first character after
+    each boundary it lacks (``marks``: name -> character offsets), so nobody counts offsets by hand. Wide
+    characters (CJK, emoji) take two columns; text beyond ``limit`` characters is cut with "…"."""
+    shown = text[:limit]
+    columns, col = [], 0
+    for ch in shown:
+        columns.append(col)
+        col += _width(ch)
+    columns.append(col)
+    width = max((len(n) for n in marks), default=0)
+    out = [f"{'':<{width}}  {shown.translate(_SHOWN)}{'…' if len(text) > limit else ''}"]
+    for name, offsets in marks.items():
+        line = [" "] * (col + 1)
+        for b in offsets:
+            if isinstance(b, int) and 0 < b <= len(shown):
+                line[columns[b] if b < len(columns) else col] = "^"
+        if "^" in line:
+            out.append(f"{name:<{width}}  {''.join(line).rstrip()}")
+    return out
