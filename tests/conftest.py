@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import lzma
 import os
 import shutil
@@ -189,12 +190,21 @@ def browser():
         browser.close()
 
 
+@contextlib.contextmanager
+def app_page(browser, app_url: str, width: int = 1400, height: int = 1000, timeout_ms: int = 120_000):
+    """The app opened in a fresh browser context of this viewport, its form ready; the context closes after."""
+    context = browser.new_context(viewport={"width": width, "height": height}, accept_downloads=True)
+    try:
+        page = context.new_page()
+        page.set_default_timeout(timeout_ms)
+        page.goto(app_url)
+        page.wait_for_selector("#run-button")
+        yield page
+    finally:
+        context.close()
+
+
 @pytest.fixture
 def page(browser, app_url):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
-    page = context.new_page()
-    page.set_default_timeout(120_000)
-    page.goto(app_url)
-    page.wait_for_selector("#run-button")
-    yield page
-    context.close()
+    with app_page(browser, app_url) as opened:
+        yield opened

@@ -4,6 +4,7 @@ its run) and "What if it had chosen this?" from a top-k key, at a desktop's and 
 from __future__ import annotations
 
 import pytest
+from conftest import app_page
 from test_browser import SOFIA, run, wait_done
 
 pytestmark = [pytest.mark.browser, pytest.mark.embedded]
@@ -14,13 +15,8 @@ SIZES = {"desktop": (1366, 768), "phone": (390, 844)}
 @pytest.fixture(params=list(SIZES))
 def sized(request, browser, app_url):
     width, height = SIZES[request.param]
-    context = browser.new_context(viewport={"width": width, "height": height}, accept_downloads=True)
-    page = context.new_page()
-    page.set_default_timeout(180_000)
-    page.goto(app_url)
-    page.wait_for_selector("#run-button")
-    yield page
-    context.close()
+    with app_page(browser, app_url, width, height, timeout_ms=180_000) as page:
+        yield page
 
 
 def _in_view(page, selector: str) -> bool:
