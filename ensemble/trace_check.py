@@ -16,7 +16,7 @@ import re
 
 from .errors import TraceFormatError, name_list
 from .settings import METHODS
-from .trace_values import MAX_MODELS, MAX_ROUNDS, MAX_TOKENS, checkpoint
+from .trace_values import MAX_MODELS, MAX_PAIRS, MAX_RECORD_CHARS, MAX_ROUNDS, MAX_TOKENS, checkpoint
 
 MAX_DEPTH = 32  # a real trace nests 8 deep (trace > tokens > token > details > splits > model > piece)
 MAX_VALUES = 4_000_000  # values of every kind, keys included (a 20 MB trace the engine wrote holds about 2,000,000)
@@ -24,8 +24,10 @@ MAX_CONTAINERS = 1_000_000  # lists and objects (a 20 MB trace the engine wrote 
 MAX_NAME = 200  # characters of a model name
 MAX_INT = 2**53  # integers beyond this lose precision in the browser anyway
 MAX_FLOAT = 1e15
+MAX_STRETCH = MAX_RECORD_CHARS  # characters outside strings between two braces: never more than a whole record
 
 _STRING = re.compile(r'"[^"]*"')  # once escapes are gone a string holds no quote: one pass, no backtracking
+_CLOSE_AS_OPEN = str.maketrans("}", "{")
 _NOT_BRACKET = bytes(c for c in range(256) if c not in b"[]{}")
 _DEPTH = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
 _BYTE_DISPLAY = re.compile(r"<0x([0-9A-F]{2})>")
@@ -46,7 +48,9 @@ def parse(text: str):
 
 def scan(text: str) -> None:
     """Refuse ``text`` when it nests deeper than :data:`MAX_DEPTH`, or holds more than :data:`MAX_VALUES` values or
-    :data:`MAX_CONTAINERS` lists and objects (what the parser spends its time building).
+    :data:`MAX_CONTAINERS` lists and objects (what the parser spends its time building), or a record whose lists
+    and numbers outside strings run over :data:`MAX_STRETCH` characters between two braces (an 18 MB top-k list is
+    refused here in a fraction of the time parsing it would take).
 
     Linear in the text's length whatever it holds, in passes of C string operations: escaped backslashes and
     escaped quotes are dropped first (a run of backslashes pairs up from its left, as JSON reads it), so no string
@@ -65,6 +69,10 @@ def scan(text: str) -> None:
         raise TraceFormatError(f"Trace file holds more than {MAX_CONTAINERS:,} lists and objects.")
     if outside.count(",") + outside.count(":") + containers + 1 > MAX_VALUES:  # each value follows one of these
         raise TraceFormatError(f"Trace file holds more than {MAX_VALUES:,} values.")
+    stretch = max(map(len, outside.translate(_CLOSE_AS_OPEN).split("{")))
+    if stretch > MAX_STRETCH:  # 900,000 top-k pairs in one token: refused here, before seconds of parsing
+        raise TraceFormatError(f"Trace file holds {stretch:,} characters of lists and numbers inside one record; a "
+                               f"record holds at most {MAX_STRETCH:,} (a top-k list at most {MAX_PAIRS:,} entries).")
     brackets = left = outside.encode("utf-8", "surrogatepass").translate(None, _NOT_BRACKET)
     for _ in range(MAX_DEPTH):  # each pass drops the innermost pairs (a level or more): a real trace is gone after 8
         if not left:

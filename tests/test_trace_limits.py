@@ -85,6 +85,24 @@ def test_a_huge_top_k_list_is_refused_before_any_record_is_built():
     assert "trace.tokens[3] is 1,1" in refused(data) and "characters of JSON" in refused(data)
 
 
+@pytest.mark.parametrize("shape", ["pairs", "numbers", "object"])
+def test_a_huge_list_in_one_record_is_refused_by_the_scan_before_parsing(monkeypatch, shape):
+    from ensemble import trace_check
+
+    data = heavy_pairs(1)
+    many = 120_000  # over 1.3 MB of lists and numbers outside strings in one token: more than a whole record may hold
+    data["tokens"][3]["topk"] = {"pairs": [[f"k{i}", 1e-7] for i in range(many)], "numbers": list(range(many * 2)),
+                                 "object": {f"k{i}": 1e-7 for i in range(many)}}[shape]
+    text = json.dumps(data)
+
+    def never(*args, **kwargs):
+        raise AssertionError("parsed: the scan let it through")
+
+    monkeypatch.setattr(trace_check.json, "loads", never)
+    with pytest.raises(TraceFormatError, match=f"inside one record; a record holds at most 1,000,000 .a top-k list at most {MAX_PAIRS:,}"):
+        trace_check.parse(text)
+
+
 def test_explain_token_answers_a_huge_token_at_once_with_one_line():
     import gradio as gr
 
