@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast space deps prepare prepare-all browser lint bench clean
+.PHONY: demo test test-fast space screenshots deps prepare prepare-all browser lint bench clean
 
 # llama-cpp-python has no wheel on PyPI for this platform: it is built from source once per machine (10-17 minutes on
 # 2 cores) into a wheel folder outside the repository, keyed by the CPU's flags (the build is tuned to this CPU), and
@@ -65,6 +65,11 @@ test-fast: deps
 # and the installed wheel; part of `make test`, alone here, with its measurements printed.
 space: prepare-all browser
 	ENSEMBLE_LENS_REQUIRE_BROWSER=1 $(PY) -m pytest tests/test_space.py -s
+
+# The README's screenshots: the browser tests write them into assets/screenshots/ only when told to (a plain test
+# run writes them into pytest's temporary folder and leaves every tracked file as it was).
+screenshots: prepare-all browser
+	ENSEMBLE_LENS_SCREENSHOTS=1 ENSEMBLE_LENS_REQUIRE_BROWSER=1 $(PY) -m pytest tests/test_browser.py
 
 bench: prepare
 	$(PY) -m ensemble bench

@@ -99,6 +99,7 @@ def _digest(trace: dict) -> dict:
     return {"text": trace["text"], "tokens": tokens, "passes": trace["stats"]["forward_passes"]}
 
 
+@pytest.mark.concurrency
 def test_two_app_sessions_on_ray_never_share_kv_state(ray_app):
     """Two clients (two sessions) run at once on the same member processes; each gets its solo run's trace, every
     probability included."""
@@ -215,6 +216,7 @@ def test_stop_on_ray_ends_the_run_at_once_and_commits_nothing_once_it_arrives(ra
         _wait(page, _status_shows("Done"), "end of the run after the Stop")
 
 
+@pytest.mark.timing
 def test_no_ray_process_outlives_the_app(ray_app):
     """The app stopped as a service manager or Ctrl-C stops it (SIGTERM): its Ray head and member processes go too.
     Runs last in this module: it ends the module's app."""

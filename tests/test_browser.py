@@ -1,10 +1,12 @@
 """The app in a real browser (Debian's Chromium through Playwright): what visitors see and click.
 
-Screenshots land in assets/screenshots/ (the README shows them)."""
+Screenshots land in the test's temporary folder; with ENSEMBLE_LENS_SCREENSHOTS=1 (``make screenshots``) they
+replace the README's in assets/screenshots/."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -12,14 +14,24 @@ import pytest
 pytestmark = [pytest.mark.browser, pytest.mark.embedded]
 
 ROOT = Path(__file__).resolve().parents[1]
-SHOTS = ROOT / "assets" / "screenshots"
+SHOTS = ROOT / "assets" / "screenshots"  # the README's pictures
+SCREENSHOTS_ENV = "ENSEMBLE_LENS_SCREENSHOTS"
 FIXTURES = Path(__file__).parent / "fixtures"
 SOFIA = "Sofia went to Plovdiv in 1999. Where did Sofia go, and when? Answer in one sentence that starts with her name."
 
 
-def shot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=False)
+@pytest.fixture
+def shot(tmp_path):
+    """Saves what the page shows: into assets/screenshots/ (the README's pictures) only when
+    ``ENSEMBLE_LENS_SCREENSHOTS=1`` (``make screenshots``), else into the test's temporary folder, so that a test
+    run leaves every tracked file as it was."""
+    folder = SHOTS if os.environ.get(SCREENSHOTS_ENV) == "1" else tmp_path / "screenshots"
+
+    def save(page, name: str) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(folder / f"{name}.png"), full_page=False)
+
+    return save
 
 
 def set_models(page, models: list[str]) -> None:
@@ -52,7 +64,7 @@ def wait_done(page) -> None:
     page.wait_for_function("() => /Done|Stopped/.test(document.querySelector('#status')?.innerText || '')")
 
 
-def test_safe_run_shows_coloured_tokens_legend_and_inspector(page):
+def test_safe_run_shows_coloured_tokens_legend_and_inspector(page, shot):
     run(page, SOFIA, "SAFE", ["smollm2", "gemma3", "qwen"])
     page.wait_for_selector("#strip .el-tok")
     wait_done(page)
@@ -74,7 +86,7 @@ def test_safe_run_shows_coloured_tokens_legend_and_inspector(page):
     shot(page, "inspector")
 
 
-def test_tokenizer_tab_teaches_sofia(page):
+def test_tokenizer_tab_teaches_sofia(page, shot):
     page.get_by_role("tab", name="Tokenizers").click()
     page.locator("#tok-text textarea").fill("Sofia went to Plovdiv in 1999.")
     page.locator("#tok-button").click()
@@ -167,7 +179,7 @@ def test_untrusted_content_never_runs(page, tmp_path):
     assert "${window.__xss=3}" in page.locator("#strip").inner_text()
 
 
-def test_specem_rounds_timeline_heatmap_and_weights(page):
+def test_specem_rounds_timeline_heatmap_and_weights(page, shot):
     run(page, "Natalia sold clips to 48 of her friends in April, and then she sold half as many in May. How many in total?",
         "SpecEM", ["qwen", "smollm2", "gemma3"], tokens=24)
     wait_done(page)
@@ -182,7 +194,7 @@ def test_specem_rounds_timeline_heatmap_and_weights(page):
     shot(page, "specem")
 
 
-def test_compare_tab_runs_methods_side_by_side(page):
+def test_compare_tab_runs_methods_side_by_side(page, shot):
     page.get_by_role("tab", name="Compare").click()
     page.locator("#cmp-prompt textarea").fill("Sofia went to Plovdiv in 1999. Where did Sofia go?")
     page.locator("#cmp-tokens input[type=number]").fill("12")
@@ -411,7 +423,7 @@ def test_specem_stop_commits_nothing_after_the_click(page, phase):
     assert page.locator("#strip .el-tok").count() == at_click
 
 
-def test_fork_from_a_selected_token_with_the_drafter_alone(page):
+def test_fork_from_a_selected_token_with_the_drafter_alone(page, shot):
     """What if: click a token of a SAFE run, fork with the drafter alone, see both continuations compared."""
     run(page, SOFIA, "SAFE", ["smollm2", "gemma3"], tokens=24)
     wait_done(page)
@@ -459,7 +471,7 @@ def test_an_uploaded_trace_fills_the_form_and_a_refused_one_says_why_where_it_wa
     page.wait_for_function("() => document.querySelector('#max-tokens input[type=range]')?.value === '64'")
 
 
-def test_the_first_view_is_a_labelled_recording_with_examples_as_chips(page):
+def test_the_first_view_is_a_labelled_recording_with_examples_as_chips(page, shot):
     """Before anything runs: the first example is filled in and its recorded run fills every view."""
     page.wait_for_function("() => (document.querySelector('#status')?.innerText || '').includes('recorded run')")
     assert page.locator("#strip .el-tok").count() >= 5 and "Sofia" in page.locator("#strip").inner_text()
@@ -484,7 +496,7 @@ def test_the_first_view_is_a_labelled_recording_with_examples_as_chips(page):
     page.locator("#drafter").wait_for(state="visible")
 
 
-def test_a_run_exported_as_one_html_file_works_offline(browser, tmp_path, embedded):
+def test_a_run_exported_as_one_html_file_works_offline(browser, tmp_path, embedded, shot):
     """generate --html: the file opens from disk with every request refused, and its inspector answers clicks."""
     import subprocess
     import sys
@@ -550,7 +562,7 @@ def test_links_restore_the_form_and_keys_step_through_tokens(page, app_url):
     page.wait_for_function("() => document.querySelector('#strip .el-selected')?.dataset.i === '3'")
 
 
-def test_a_fused_token_shows_paired_before_after_bars(page):
+def test_a_fused_token_shows_paired_before_after_bars(page, shot):
     page.get_by_role("tab", name="Trace").click()
     page.locator("#upload input[type=file]").set_input_files(str(FIXTURES / "safe_math.json"))
     page.wait_for_function("() => (document.querySelector('#trace-status')?.innerText || '').includes('Loaded')")
@@ -568,7 +580,7 @@ README_LAYOUTS = {((390, 844), "dark"), ((1024, 768), "light"), ((1366, 900), "d
 
 
 @pytest.mark.parametrize(("size", "theme"), [(size, theme) for size in SIZES for theme in ("light", "dark")])
-def test_layouts_fit_phones_projectors_and_desktops(browser, app_url, size, theme):
+def test_layouts_fit_phones_projectors_and_desktops(browser, app_url, size, theme, shot):
     """The first view at a phone's, a projector's and a laptop's size, light and dark: nothing pushes the page
     sideways, every tab label is shown (none folded behind "…"), the top-k panels stack inside the screen, the
     aligned tokenizer view fits, and the projector switch makes the strip readable from the back of a room."""
@@ -629,7 +641,7 @@ def _png(download):
     return Image.open(path).convert("RGB")
 
 
-def test_the_strip_and_the_aligned_view_save_as_png(page):
+def test_the_strip_and_the_aligned_view_save_as_png(page, shot):
     """The PNG is drawn in the browser from the page itself: the legend and the strip's decision colours, and the
     Tokenizers tab's view with token ids and byte boxes, as the screen shows them."""
     page.wait_for_function("() => (document.querySelector('#status')?.innerText || '').includes('recorded run')")

@@ -668,6 +668,7 @@ def test_cli_errors_are_messages_not_tracebacks(tmp_path):
 
 
 @pytest.mark.embedded
+@pytest.mark.timing
 def test_kill_stops_a_background_evaluation_and_writes_its_summary(tmp_path):
     """SIGTERM (what `kill PID` sends; a background job of a shell ignores Ctrl-C's SIGINT) ends the run cleanly."""
     data = write_data(tmp_path / "q.jsonl", [(i, i + 1) for i in range(6)])

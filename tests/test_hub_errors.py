@@ -61,6 +61,7 @@ def test_the_messages_say_what_to_do_and_differ_by_cause():
     assert "could not be reached" in other and "HF_TOKEN" not in other and GEMMA in hub_errors.GATED
 
 
+@pytest.mark.timing
 def test_an_embedded_name_on_the_hub_fallback_reads_only_the_local_cache_when_the_hub_is_unreachable(monkeypatch, tmp_path):
     """On a Space without the model packages, embedded names load from their hub ids; with the hub unreachable the
     tokenizer must come from the local hub cache or fail at once (it took 46-80 s of the hub client's retries)."""

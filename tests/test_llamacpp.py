@@ -247,6 +247,7 @@ def test_mixed_runtimes_make_one_ensemble(llama, embedded, method):
 
 
 @pytest.mark.parametrize("method", ["safe", "specem"])
+@pytest.mark.concurrency
 def test_llama_members_compute_in_threads_with_the_same_output(llama, method):
     members = [llama["qwen"], llama["smollm2"], llama["gemma3"]]
     settings = Settings(max_new_tokens=24, stop_strings=[])
@@ -330,6 +331,7 @@ def test_the_app_applies_its_runtime_choice_to_the_model_names(monkeypatch):
         app._models(["qwen"], "llamacpp")
 
 
+@pytest.mark.concurrency
 def test_stop_while_llama_members_compute_in_threads_ends_cleanly(llama):
     """Stop during SpecEM's drafts (three llama.cpp contexts busy in threads): the run ends as cancelled with a
     valid trace, and closing the contexts waits for the passes in flight instead of freeing them under a thread."""

@@ -123,6 +123,7 @@ def test_sampled_specem_drafts_do_not_depend_on_the_backend(ray_backend, members
 
 
 @pytest.mark.slow
+@pytest.mark.concurrency
 def test_concurrent_runs_never_share_kv_state(ray_backend, members):
     """Two runs at once on the same actors (two app sessions) each give their solo run's trace."""
     jobs = [("safe", "Write a haiku about rain.", {}), ("unite", PROMPT, {})]
@@ -178,6 +179,7 @@ def _ray_processes() -> set[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_no_ray_process_outlives_the_coordinator(tmp_path):
     """A coordinator (CLI-like script) that starts Ray, runs on actors and exits leaves nothing behind."""
     script = tmp_path / "coordinator.py"
@@ -309,6 +311,8 @@ def test_the_backend_named_by_the_environment(monkeypatch):
 @pytest.mark.slow
 @pytest.mark.embedded
 @pytest.mark.llamacpp
+@pytest.mark.concurrency
+@pytest.mark.timing
 def test_stop_reaches_a_member_inside_its_draft_within_one_pass(ray_backend, llama_pool):
     """A greedy draft is one call to the drafter's process (40 passes here, about 2 s): a Stop pressed meanwhile
     reaches the member, which runs at most the pass in flight, and the run ends at once."""

@@ -118,6 +118,7 @@ def test_invalid_specem_settings_through_the_api(client, method, kwargs, message
         _api(client, "Hi", method=method, **kwargs)
 
 
+@pytest.mark.timing
 def test_hub_model_while_offline_is_a_quick_clear_message(client, monkeypatch):
     monkeypatch.setenv("ENSEMBLE_LENS_ALLOW_PATHS", "1")  # hub ids and paths are the operator's opt-in
     started = time.perf_counter()
@@ -159,6 +160,8 @@ def test_uploads_are_json_only_and_size_checked(tmp_path):
 
 
 # -- 3. load -------------------------------------------------------------------------------------------------
+@pytest.mark.concurrency
+@pytest.mark.timing
 def test_eight_concurrent_clients_each_get_their_own_trace(app_url, client):
     names = ["Varna", "Ruse", "Burgas", "Pleven", "Sliven", "Dobrich", "Shumen", "Pernik"]
     prompts = [f"Write one sentence about the Bulgarian city of {name}." for name in names]
@@ -196,6 +199,7 @@ def _models(names):
     return [app.POOL.get(n) for n in names]
 
 
+@pytest.mark.concurrency
 def test_a_bounded_queue_tells_extra_clients_the_server_is_busy(pool, embedded):
     from conftest import free_port
 
@@ -230,6 +234,7 @@ def test_a_bounded_queue_tells_extra_clients_the_server_is_busy(pool, embedded):
 
 
 # -- 4. cancellation -----------------------------------------------------------------------------------------
+@pytest.mark.concurrency
 def test_stop_frees_the_run_within_one_pass_and_the_next_run_is_clean(embedded):
     models = [embedded["qwen"], embedded["smollm2"], embedded["gemma3"]]
     prompt = "Write a long story about a journey from Sofia to Plovdiv."
@@ -407,6 +412,7 @@ def test_gguf_with_a_wrong_checksum_is_refused(tmp_path, monkeypatch):
 
 
 # -- 6. memory -----------------------------------------------------------------------------------------------
+@pytest.mark.soak
 def test_twenty_runs_do_not_grow_memory(client):
     process = psutil.Process()
 

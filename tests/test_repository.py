@@ -111,3 +111,66 @@ def test_a_space_installs_the_cpu_build_of_the_pinned_torch_first():
     wanted = Requirement(next(p for p in main if p.startswith("torch==")))
     assert cpu.local == "cpu" and wanted.specifier.contains(cpu)
     assert not any(line.startswith("-") for line in main)  # requirements.txt stays readable offline by make and CI
+
+
+# -- the README and docs/: short, and every relative link names a file (and a heading) that exists ------------------
+README = ROOT / "README.md"
+README_WORDS = 2_500  # issue 27: what it is, the two commands, screenshots, methods, quick starts; the rest in docs/
+LINK = re.compile(r"\]\(([^)\s]+)\)")  # a Markdown link or image: [text](target)
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+
+
+def relative_links(text: str) -> list[str]:
+    """The targets of the links that point into the repository: no scheme (https:, mailto:), code blocks left out."""
+    return [t for t in LINK.findall(FENCE.sub("", text)) if not re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", t)]
+
+
+def anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a Markdown file's headings: lower case, punctuation dropped, spaces as hyphens,
+    a repeated heading numbered."""
+    found, counts = set(), {}
+    for heading in re.findall(r"^#{1,6} +(.+?) *$", FENCE.sub("", text), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        found.add(slug if not counts.get(slug) else f"{slug}-{counts[slug]}")
+        counts[slug] = counts.get(slug, 0) + 1
+    return found
+
+
+def broken_links(page: Path) -> list[str]:
+    """A page's relative links whose file, or whose heading in a Markdown file, does not exist."""
+    text, broken = page.read_text(encoding="utf-8"), []
+    for target in relative_links(text):
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path) if path else page
+        unknown_heading = file.suffix == ".md" and bool(anchor) and file.exists() \
+            and anchor not in anchors(file.read_text(encoding="utf-8"))
+        if not file.exists() or unknown_heading:
+            broken.append(target)
+    return broken
+
+
+def test_every_relative_link_of_the_readme_and_the_docs_names_a_file_and_heading_that_exist():
+    pages = [README, *sorted((ROOT / "docs").glob("*.md"))]
+    broken = {str(p.relative_to(ROOT)): b for p in pages if (b := broken_links(p))}
+    assert broken == {}
+    assert len(relative_links(README.read_text(encoding="utf-8"))) > 20  # the screenshots and the docs are read
+
+
+def test_the_link_check_catches_a_missing_file_and_a_missing_heading(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A page\n\n## Member backends (issue 15)\n\n```text\n# not a heading\n```\n")
+    page = tmp_path / "README.md"
+    page.write_text("[ok](docs/a.md) [ok](docs/a.md#member-backends-issue-15) [web](https://x.org/none.md)\n"
+                    "[gone](docs/b.md) [no heading](docs/a.md#not-a-heading) [self](#a-title)\n"
+                    "```text\n[in code](docs/c.md)\n```\n# A title\n")
+    assert broken_links(page) == ["docs/b.md", "docs/a.md#not-a-heading"]
+
+
+def test_the_readme_is_short_and_links_every_doc():
+    text = README.read_text(encoding="utf-8")
+    assert text.startswith("---\ntitle: Ensemble Lens\n")  # the Space's front matter stays first
+    words = len(text.split())
+    assert words <= README_WORDS, f"README.md has {words} words; at most {README_WORDS} (move detail into docs/)"
+    linked = {(ROOT / t.partition("#")[0]).resolve() for t in relative_links(text)}
+    unlinked = sorted(p.name for p in (ROOT / "docs").glob("*.md") if p.resolve() not in linked)
+    assert unlinked == []  # every doc is reachable from the README

@@ -190,6 +190,7 @@ def _log_is_clean(text: str) -> None:
     assert "Traceback" not in text, text[-3000:]
 
 
+@pytest.mark.timing  # the app must serve within 900 s (SpaceApp)
 def test_the_space_serves_the_first_view_and_a_safe_run(space_venv, tmp_path, browser):
     cache = hub_cache(tmp_path / "hub", ["qwen", "smollm2", "gemma3"])
     app = SpaceApp(space_venv, space_env(cache, tmp_path), tmp_path / "app.log")
@@ -211,6 +212,7 @@ def test_the_space_serves_the_first_view_and_a_safe_run(space_venv, tmp_path, br
         app.stop()
 
 
+@pytest.mark.timing  # the app must serve within 900 s (SpaceApp)
 def test_without_gemma3_the_space_serves_the_others_and_says_what_gemma3_needs(space_venv, tmp_path, browser):
     cache = hub_cache(tmp_path / "hub", ["qwen", "smollm2"])
     app = SpaceApp(space_venv, space_env(cache, tmp_path), tmp_path / "app.log")

@@ -61,6 +61,7 @@ def test_numbers_are_bounded(number):
     assert "number" in refused(text)
 
 
+@pytest.mark.timing
 def test_a_twenty_megabyte_trace_is_scanned_quickly():
     data = copy.deepcopy(VALID["safe"])
     data["prompt"] = "Plovdiv " * 2_400_000  # 19 MB of one string

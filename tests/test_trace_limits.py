@@ -50,6 +50,7 @@ def heavy_pairs(n: int) -> dict:
 
 # -- Deliver 1: linear, bounded, off the caller's thread, time-limited --------------------------------------------
 @pytest.mark.parametrize("size", [60_000, 1_000_000])
+@pytest.mark.timing
 def test_escaped_quotes_are_refused_in_well_under_a_second(size):
     started = time.perf_counter()
     assert "not valid JSON" in refused(escaped_quotes(size))
@@ -103,6 +104,7 @@ def test_a_huge_list_in_one_record_is_refused_by_the_scan_before_parsing(monkeyp
         trace_check.parse(text)
 
 
+@pytest.mark.timing
 def test_explain_token_answers_a_huge_token_at_once_with_one_line():
     import gradio as gr
 
@@ -115,6 +117,7 @@ def test_explain_token_answers_a_huge_token_at_once_with_one_line():
     assert time.perf_counter() - started < 20  # the issue measured 36 s for 900,000 pairs; parsing 4 MB is the cost
 
 
+@pytest.mark.timing
 def test_reading_past_its_time_limit_is_refused_and_the_reader_stops():
     data = copy.deepcopy(VALID["safe_math"])
     with pytest.raises(TraceFormatError, match=r"took more than 0.001 s, so the server gave up on it"):
@@ -124,6 +127,8 @@ def test_reading_past_its_time_limit_is_refused_and_the_reader_stops():
     assert time.perf_counter() - started < 10
 
 
+@pytest.mark.concurrency
+@pytest.mark.timing
 def test_a_page_load_answers_while_heavy_traces_are_read(tmp_path):
     """While a handler thread reads the adversarial file and a heavy one, the server goes on serving: its event
     loop never waits long for the interpreter (the old scan held it for the whole 60 KB file, 10-16 s, so every
@@ -323,6 +328,7 @@ def _rss_mb() -> float:
     pytest.skip("no /proc/self/status here")
 
 
+@pytest.mark.soak
 def test_uploading_a_large_trace_in_many_sessions_keeps_memory_within_the_budget(tmp_path, monkeypatch):
     """The issue: each session that uploaded an 18 MB trace kept ~164 MB, sessions were only counted (128)."""
     import gc

@@ -21,11 +21,11 @@ BACKEND_ENV = "ENSEMBLE_LENS_BACKEND"
 def auto_backend(device: str = "cpu", members: int = 3) -> tuple[str, str]:
     """The backend ``auto`` picks here, and why (printed at startup).
 
-    Measured side by side (``python -m ensemble bench --only backends``, docs/results.md "Member backends"): on
-    a 2-core CPU the three embedded members on Ray are 1.19x faster than in process for SpecEM and 1.14x for
-    SAFE-GaC, but 0.98x for every-token UniTE and 0.88x for SAFE-UniTE (a member process gets one core instead
-    of two). With no backend faster throughout, ``auto`` is ``local`` on a single machine; Ray is for members
-    that each get their own cores or GPU (a cluster: ``--ray-address``, ``--member-resources``)."""
+    Measured side by side with ``python -m ensemble bench --only backends``; the figures, and why, are in
+    docs/results.md ("Member backends") and docs/distributed.md: on one 2-core machine Ray members were faster
+    for SpecEM only and slower for the other methods (a member process gets one core instead of two). With no
+    backend faster throughout, ``auto`` is ``local`` on a single machine; Ray is for members that each get their
+    own cores or GPU (a cluster: ``--ray-address``, ``--member-resources``)."""
     import os
 
     if members < 2:
