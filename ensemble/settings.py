@@ -132,7 +132,7 @@ class Settings:
     top_p: float = setting(1.0, kind="float", lo=0.0, hi=1.0, label="Top-p", widget="slider", step=0.05)
     seed: int = setting(0, kind="int", lo=0, hi=2**63 - 1, help="random seed (sampling; evaluate: which questions)",
                         label="Seed", widget="number")
-    top_k: int = setting(10, kind="int", lo=1, hi=MAX_PAIRS, help="UniTE's k (default 10; a trace keeps at most 5,000)", label="UniTE top-k",
+    top_k: int = setting(10, kind="int", lo=1, hi=MAX_PAIRS, help=f"UniTE's k (default 10; a trace keeps at most {MAX_PAIRS:,})", label="UniTE top-k",
                          widget="slider", widget_hi=50)
     weights: dict[str, float] = setting(factory=dict, kind="weights",
                                         help="model weights, e.g. qwen=2,gemma3=1 (default equal)")

@@ -24,7 +24,6 @@ MAX_CONTAINERS = 1_000_000  # lists and objects (a 20 MB trace the engine wrote 
 MAX_NAME = 200  # characters of a model name
 MAX_INT = 2**53  # integers beyond this lose precision in the browser anyway
 MAX_FLOAT = 1e15
-MAX_STRETCH = MAX_RECORD_CHARS  # characters outside strings between two braces: never more than a whole record
 
 _STRING = re.compile(r'"[^"]*"')  # once escapes are gone a string holds no quote: one pass, no backtracking
 _CLOSE_AS_OPEN = str.maketrans("}", "{")
@@ -49,7 +48,7 @@ def parse(text: str):
 def scan(text: str) -> None:
     """Refuse ``text`` when it nests deeper than :data:`MAX_DEPTH`, or holds more than :data:`MAX_VALUES` values or
     :data:`MAX_CONTAINERS` lists and objects (what the parser spends its time building), or a record whose lists
-    and numbers outside strings run over :data:`MAX_STRETCH` characters between two braces (an 18 MB top-k list is
+    and numbers outside strings run over :data:`~ensemble.trace_values.MAX_RECORD_CHARS` characters between two braces (never more than a whole record) (an 18 MB top-k list is
     refused here in a fraction of the time parsing it would take).
 
     Linear in the text's length whatever it holds, in passes of C string operations: escaped backslashes and
@@ -70,9 +69,9 @@ def scan(text: str) -> None:
     if outside.count(",") + outside.count(":") + containers + 1 > MAX_VALUES:  # each value follows one of these
         raise TraceFormatError(f"Trace file holds more than {MAX_VALUES:,} values.")
     stretch = max(map(len, outside.translate(_CLOSE_AS_OPEN).split("{")))
-    if stretch > MAX_STRETCH:  # 900,000 top-k pairs in one token: refused here, before seconds of parsing
+    if stretch > MAX_RECORD_CHARS:  # 900,000 top-k pairs in one token: refused here, before seconds of parsing
         raise TraceFormatError(f"Trace file holds {stretch:,} characters of lists and numbers inside one record; a "
-                               f"record holds at most {MAX_STRETCH:,} (a top-k list at most {MAX_PAIRS:,} entries).")
+                               f"record holds at most {MAX_RECORD_CHARS:,} (a top-k list at most {MAX_PAIRS:,} entries).")
     brackets = left = outside.encode("utf-8", "surrogatepass").translate(None, _NOT_BRACKET)
     for _ in range(MAX_DEPTH):  # each pass drops the innermost pairs (a level or more): a real trace is gone after 8
         if not left:
