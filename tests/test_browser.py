@@ -130,6 +130,8 @@ def test_export_and_reimport_a_trace(page, tmp_path):
 
 def test_stop_cancels_a_run_and_the_next_run_works(page):
     run(page, "Write a very long story about the river Maritsa.", "Single model", ["qwen"], tokens=400)
+    # The first view's strip holds the recorded example: wait until the run itself is streaming its tokens.
+    page.wait_for_function("() => (document.querySelector('#status')?.innerText || '').includes('Running single')")
     page.wait_for_selector("#strip .el-tok")
     page.locator("#stop-button").click()
     page.wait_for_function("() => (document.querySelector('#status')?.innerText || '').includes('Stopped')")
