@@ -131,6 +131,95 @@ def test_an_ensembled_token_opens_with_one_plain_sentence():
     assert "Why a vote:" in html and "≤ 0.5" in html
 
 
+def _first_sentence(html: str) -> str:
+    """The explanation's first sentence as read: its first paragraph after the header, tags dropped and every quoted
+    key (``el-key``: a model's token, which may hold digits or signs) replaced by "KEY"."""
+    import html as entities
+    import re
+
+    body = re.findall(r"<p>(.*?)</p>", html)[1]
+    return entities.unescape(re.sub(r"<[^>]+>", "", re.sub(r'<code class="el-key">.*?</code>', "KEY", body)))
+
+
+PLAIN_STARTS = ("The ", "All ", "Not every ", "This ", "You ", "A ", "Part ")
+
+
+def _plain(sentence: str, models: list[str]) -> bool:
+    """One sentence in plain words: it starts with a model's name or a plain opening, holds no digit (no probability,
+    score, round or character number), no comparison sign, no 'probability', and ends at its only full stop."""
+    import re
+
+    words = re.sub("|".join(re.escape(m) for m in sorted(models, key=len, reverse=True)), "MODEL", sentence)
+    return (words.startswith(PLAIN_STARTS + ("MODEL ", "MODEL's "))
+            and not re.search(r"[0-9=≤≥<>]", words) and "probability" not in words
+            and sentence.endswith(".") and ". " not in sentence[:-1] and len(sentence.split()) <= 40)
+
+
+def test_plain_check_tells_numbers_from_words():
+    assert _plain("All models agree with the draft KEY, so it was accepted without a vote.", ["qwen"])
+    assert not _plain("qwen wrote KEY on its own (probability 0.82).", ["qwen"])
+    assert not _plain("Why a vote: the mean probability 0.22 ≤ 0.5.", ["qwen"])
+    assert not _plain("GaC's gate: the primary model qwen puts KEY above the gate.", ["qwen"])
+    assert not _plain("Round 3: every drafting model proposed a segment.", ["qwen"])
+    assert not _plain("qwen wrote KEY. Then more.", ["qwen"])
+    assert _plain("gemma3 cuts the text differently here, so smollm2's token KEY was kept.", ["smollm2", "gemma3"])
+
+
+def _variants():
+    """Every decision the inspector explains, in every form: each token of the six recorded runs, and each end of
+    the answer, a blocked token inside a character, a forced key, a finishing byte token and a control token."""
+    import copy
+
+    from ensemble.trace import Decision
+
+    out = []
+    for name in ("safe", "safe_math", "gac", "unite", "specem", "single"):
+        trace = _fixture(name)
+        out += [(trace, r.index) for r in trace.tokens]
+        firsts = {}
+        for record in trace.tokens:
+            firsts.setdefault((record.decision, record.condition), record)
+        ended = _fixture(name)
+        for like in firsts.values():  # the same decisions once more, as the end of the answer
+            record = copy.deepcopy(like)
+            record.index, record.text, record.start, record.end = len(ended.tokens), "<eos>", len(ended.text), len(ended.text)
+            if record.fusion is not None:
+                record.fusion.choice = "<eos>"
+            if record.decision == Decision.OOV_BLOCKED:
+                record.details["boundary"] = len(ended.text)
+            if record.decision in (Decision.DRAFTER, Decision.GATED):
+                record.topk = [["<eos>", 0.7], [" And", 0.2]]
+            ended.tokens.append(record)
+            out.append((ended, record.index))
+            ended = _fixture(name)
+    safe = _fixture("safe")
+    blocked = next(r for r in safe.tokens if r.decision == "oov_blocked")
+    blocked.condition, blocked.details["boundary"] = "inside_character", None
+    out.append((safe, blocked.index))
+    single = _fixture("single")
+    single.tokens[1].details["forced"] = True
+    single.tokens[2].condition = "completes_character"
+    single.tokens[3].details["control_token"] = True
+    out += [(single, 1), (single, 2), (single, 3)]
+    return out
+
+
+def test_every_explanation_opens_with_one_plain_sentence():
+    """Deliver 5: whatever decided a token, its explanation starts with one sentence in plain words, the numbers
+    (probabilities, means, gates, scores) below it."""
+    seen, bad = set(), []
+    for trace, index in _variants():
+        record = trace.tokens[index]
+        seen.add(record.decision)
+        sentence = _first_sentence(visual.explain(trace, index))
+        if not _plain(sentence, trace.models):
+            bad.append((trace.method, record.decision, record.condition, index, sentence))
+    assert not bad, bad
+    from ensemble.trace import Decision
+
+    assert seen == set(Decision)  # every decision kind was read
+
+
 def test_sharpening_says_why_a_prefix_beats_the_draft():
     from ensemble.trace import FusionRecord
     from visual.inspector import _sharpening
