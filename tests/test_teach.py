@@ -37,6 +37,38 @@ def test_a_blocked_verifier_has_its_row_where_its_token_starts_before_the_round(
     assert [a.text for a in fig.layout.annotations][:2] == ["tiny-gemma3", "tiny-qwen"]
 
 
+BULGARIAN_PROMPT = "Какво прави тя?"
+BULGARIAN = "Тя пее песен."
+"""" пее" (sings) in the real tokenizers: gemma3 " пе|е", qwen " п|ее", smollm2 " п|е|е"."""
+
+
+def test_a_bulgarian_blocked_token_shows_the_blocked_verifiers_panel(tiny):
+    """Item 6's "ее": gemma3 drafts " пе" and then "е", the first token of a round; qwen has no edge there (its "ее"
+    began in the round before) while smollm2 has one. The inspector shows qwen's panel, read where its "ее" starts,
+    beside the drafter's and smollm2's, and says what qwen wanted; the models are scripted to write the sentence."""
+    from conftest import scripted_model
+
+    cuts = {name: [tiny[name].keys.key(i) for i in tiny[name].keys.encode(" пее")] for name in ("gemma3", "qwen", "smollm2")}
+    assert cuts == {"gemma3": [" пе", "е"], "qwen": [" п", "ее"], "smollm2": [" п", "е", "е"]}
+    members = [scripted_model(tiny[name], f"tiny-{name}", BULGARIAN, BULGARIAN_PROMPT)[0] for name in ("gemma3", "qwen", "smollm2")]
+    trace = generate(members, BULGARIAN_PROMPT, "safe", Settings(max_new_tokens=12, stop_strings=[], lookahead=3))
+    assert trace.text == BULGARIAN
+    at = BULGARIAN.index("пее") + 2  # the second "е"
+    record = next(t for t in trace.tokens if t.start == at)
+    assert (record.text, record.decision, record.condition) == ("е", "oov_blocked", "misaligned")
+    assert record.details.blocked_by == ["tiny-qwen"] and record.start in {r.start for r in trace.rounds}
+    # qwen's row where its "ее" starts, in the round before; smollm2's at the boundary itself
+    assert record.details.verifier_from == {"tiny-qwen": at - 1, "tiny-smollm2": at}
+    assert record.details.verifier_tokens == {"tiny-qwen": "ее", "tiny-smollm2": "е"}
+    assert list(record.details.per_model_top) == ["tiny-gemma3", "tiny-qwen", "tiny-smollm2"]
+    fig = visual.topk_figure(trace, record.index)
+    assert [a.text for a in fig.layout.annotations][:3] == ["tiny-gemma3", "tiny-qwen", "tiny-smollm2"]
+    text = visual.explain_text(trace, record.index)
+    assert "tiny-qwen cuts the text differently here" in text
+    assert "Where its own token starts (character 4), tiny-qwen's top choice is ее" in text
+    assert "tiny-smollm2 has a token edge here too" in text
+
+
 def test_a_forced_key_is_the_forks_first_token_and_the_method_goes_on(tiny, blocked_run):
     """"What if it had chosen this?": a key that is no token of the drafter, put at token N as text; every model
     re-syncs and SAFE continues with the run's models and settings."""
