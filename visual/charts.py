@@ -54,11 +54,20 @@ def prob(value) -> str:
     return number_text(value, 4)
 
 
+def _top_margin(title: str | None) -> int:
+    """Room for a title of one, two or three lines (titles break to fit a phone), below the app's chart label and
+    above the first panel's name."""
+    if not title:
+        return 40
+    lines = title.count("<br>") + 1
+    return (60, 80, 120)[min(lines, 3) - 1] + 30 * max(0, lines - 3)
+
+
 def style(fig: go.Figure, height: int, title: str | None = None) -> go.Figure:
     """Layout shared by all figures: transparent (theme-neutral) background, monospace hover boxes."""
     fig.update_layout(
         height=height,
-        margin=dict(l=10, r=20, t=60 + 20 * title.count("<br>") if title else 40, b=30),  # titles break to fit a phone
+        margin=dict(l=10, r=20, t=_top_margin(title), b=30),
         paper_bgcolor="rgba(0,0,0,0)",
         plot_bgcolor="rgba(0,0,0,0)",
         font=dict(color="#7f7f7f", size=12),
