@@ -35,15 +35,19 @@ prepare: deps
 demo: prepare
 	$(PY) app.py
 
+# Chromium with fonts for emoji and CJK (without them, emoji and Chinese or Japanese text are drawn as empty boxes)
+BROWSER_PACKAGES := chromium fonts-noto-color-emoji fonts-wqy-microhei
+BROWSER_FONTS := /usr/share/fonts/truetype/noto/NotoColorEmoji.ttf /usr/share/fonts/truetype/wqy/wqy-microhei.ttc
+
 browser:
-	@if [ ! -x /usr/bin/chromium ]; then \
+	@if [ ! -x /usr/bin/chromium ] || ! ls $(BROWSER_FONTS) >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "Installing Debian's chromium for the browser tests"; \
-	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	    echo "Installing Debian's chromium and its emoji and CJK fonts for the browser tests"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(BROWSER_PACKAGES) >/dev/null; \
 	  elif command -v sudo >/dev/null; then \
-	    sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	    sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(BROWSER_PACKAGES) >/dev/null; \
 	  else \
-	    echo "warning: /usr/bin/chromium is missing and cannot be installed; browser tests will be skipped"; \
+	    echo "warning: $(BROWSER_PACKAGES) cannot be installed; browser tests will be skipped (or emoji and CJK drawn as boxes)"; \
 	  fi; \
 	fi
 

@@ -148,6 +148,47 @@ def tiny(tokenizers) -> dict[str, models.LoadedModel]:
     return out
 
 
+class Scripted(torch.nn.Module):
+    """A tiny model whose logits always pick the next token of a script (then end of sequence): the engine's
+    caches, crops and passes run as usual, only the choice is forced."""
+
+    def __init__(self, inner, script: list[int], eos: int):
+        super().__init__()
+        self.inner, self.script, self.eos = inner, script, eos
+        self.config, self.generation_config = inner.config, inner.generation_config
+        self.prompt_len = 0
+
+    def get_output_embeddings(self):
+        return self.inner.get_output_embeddings()
+
+    def forward(self, input_ids, past_key_values=None, logits_to_keep=0, **kwargs):
+        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        out = self.inner(input_ids=input_ids, past_key_values=past_key_values, logits_to_keep=logits_to_keep, **kwargs)
+        positions = list(range(past, past + input_ids.shape[1]))
+        if isinstance(logits_to_keep, int):
+            rows = positions[-logits_to_keep:] if logits_to_keep else positions
+        else:
+            rows = [positions[i] for i in logits_to_keep.tolist()]
+        logits = torch.full_like(out.logits, -30.0)
+        for row, position in enumerate(rows):
+            nxt = position + 1 - self.prompt_len  # the response token this row predicts
+            logits[0, row, self.script[nxt] if 0 <= nxt < len(self.script) else self.eos] = 30.0
+        out.logits = logits
+        return out
+
+
+def scripted_model(tiny_model, name: str, target: str, prompt: str):
+    """``tiny_model`` made to write ``target`` (its own tokenization of it) as the answer to ``prompt``, then end;
+    returns the model and its script (token ids)."""
+    keys = tiny_model.keys
+    script = keys.encode(target)
+    eos = min(keys.eos_ids)
+    model = Scripted(tiny_model.model, script, eos)
+    loaded = models.wrap(name, model, tiny_model.tokenizer, template=tiny_model.template.kind)
+    model.prompt_len = len(loaded.prompt_ids(prompt))
+    return loaded, script
+
+
 def free_port() -> int:
     import socket
 

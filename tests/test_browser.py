@@ -82,6 +82,9 @@ def test_safe_run_shows_coloured_tokens_legend_and_inspector(page, shot):
     text = page.locator("#explanation").inner_text()
     assert "smollm2" in text and "gemma3" in text and "Sofia" in text
     assert page.locator("#tokenization").inner_text().strip()
+    # the picture shows the top-k chart drawn (its box showed Gradio's empty placeholder while Plotly loaded)
+    page.wait_for_function("() => document.querySelectorAll('#topk-plot .bars path').length > 0")
+    page.wait_for_timeout(300)
     page.locator("#explanation").scroll_into_view_if_needed()
     shot(page, "inspector")
 

@@ -245,3 +245,65 @@ def test_the_pngs_are_the_page_drawn_again(browser, app_url, where):
         patch = picture[top:top + round(2 * box["height"]), left:left + round(2 * box["width"])]
         assert patch.size and abs(patch.mean(axis=(0, 1)) - picture[2, 2]).max() > 30, box  # not the background
     context.close()
+
+
+def _pixels(page, locator_or_clip):
+    data = page.screenshot(clip=locator_or_clip) if isinstance(locator_or_clip, dict) else locator_or_clip.screenshot()
+    return _image(data)
+
+
+@pytest.mark.parametrize("where", ["desktop", "phone"])
+def test_the_top_k_chart_is_painted_on_the_first_click(browser, app_url, where):
+    """The inspector's top-k chart on the first token a person clicks: its box holds drawn bars (the README's
+    inspector picture showed an empty placeholder). Gradio runs its 4.6 MB Plotly module only when a chart first
+    shows; the page loads it ahead, while the reader looks at the recorded run (ui/preload.py)."""
+    from visual.charts import CHOSEN
+
+    size = SIZES[where][0]
+    context, page = open_app(browser, app_url, size)
+    page.wait_for_function("() => performance.getEntriesByType('resource').some((e) => /PlotlyPlot-/.test(e.name))")
+    page.locator("#strip .el-tok.oov_blocked").nth(1).click()
+    page.wait_for_function("() => (document.querySelector('#explanation')?.innerText || '').includes('gemma3')")
+    plot = page.locator("#topk-plot")
+    plot.scroll_into_view_if_needed()
+    page.wait_for_function("() => document.querySelectorAll('#topk-plot .bars path').length > 0")
+    page.wait_for_timeout(300)  # (the bars' drawing transition)
+    shot = _pixels(page, plot)
+    dark = [int(c) for c in CHOSEN[5:-1].split(",")[:3]]  # each panel's chosen or own-token bar
+    bars = int((abs(shot - dark).max(axis=2) <= 30).sum())
+    background = shot.reshape(-1, 3)
+    painted = int((abs(background - background[0]).max(axis=1) > 24).sum())  # differs from the box's corner
+    assert bars > 400 and painted > 0.05 * len(background), (bars, painted, len(background))
+    context.close()
+
+
+def test_emoji_are_drawn_in_colour_not_as_empty_boxes(browser, app_url):
+    """The Tokenizers tab with emoji: each is painted by a colour emoji font (Debian's fonts-noto-color-emoji, which
+    `make browser` installs; the page's font stacks end with the emoji fonts of the common systems), not as a box."""
+    context, page = open_app(browser, app_url, SIZES["desktop"][0])
+    page.get_by_role("tab", name="Tokenizers").click()
+    page.locator("#tok-text textarea").fill("Sofia 😀 Plovdiv 🌞 ok")
+    page.locator("#tok-button").click()
+    page.wait_for_function("() => (document.querySelector('#tok-view')?.innerText || '').includes('🌞')")
+    assert "Noto Color Emoji" in page.locator("#tok-view .el-grid-block").first.evaluate("e => getComputedStyle(e).fontFamily")
+    for emoji in ("😀", "🌞"):
+        box = page.evaluate("""(emoji) => {
+          const block = document.querySelector('#tok-view .el-grid-block');
+          const walker = document.createTreeWalker(block, NodeFilter.SHOW_TEXT);
+          for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+            const at = node.data.indexOf(emoji);
+            if (at < 0) continue;
+            node.parentElement.scrollIntoView({block: 'center'});
+            const range = document.createRange();
+            range.setStart(node, at);
+            range.setEnd(node, at + emoji.length);
+            const r = range.getBoundingClientRect();
+            return {x: r.left, y: r.top, width: r.width, height: r.height};
+          }
+          return null;
+        }""", emoji)
+        assert box and box["width"] > 4, (emoji, box)
+        pixels = _pixels(page, box).reshape(-1, 3)
+        warm = int(((pixels[:, 0] > 180) & (pixels[:, 1] > 120) & (pixels[:, 2] < 110)).sum())  # its yellow face
+        assert warm > 0.15 * len(pixels), (emoji, warm, len(pixels))
+    context.close()

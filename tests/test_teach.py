@@ -37,6 +37,38 @@ def test_a_blocked_verifier_has_its_row_where_its_token_starts_before_the_round(
     assert [a.text for a in fig.layout.annotations][:2] == ["tiny-gemma3", "tiny-qwen"]
 
 
+BULGARIAN_PROMPT = "Какво прави тя?"
+BULGARIAN = "Тя пее песен."
+"""" пее" (sings) in the real tokenizers: gemma3 " пе|е", qwen " п|ее", smollm2 " п|е|е"."""
+
+
+def test_a_bulgarian_blocked_token_shows_the_blocked_verifiers_panel(tiny):
+    """Item 6's "ее": gemma3 drafts " пе" and then "е", the first token of a round; qwen has no edge there (its "ее"
+    began in the round before) while smollm2 has one. The inspector shows qwen's panel, read where its "ее" starts,
+    beside the drafter's and smollm2's, and says what qwen wanted; the models are scripted to write the sentence."""
+    from conftest import scripted_model
+
+    cuts = {name: [tiny[name].keys.key(i) for i in tiny[name].keys.encode(" пее")] for name in ("gemma3", "qwen", "smollm2")}
+    assert cuts == {"gemma3": [" пе", "е"], "qwen": [" п", "ее"], "smollm2": [" п", "е", "е"]}
+    members = [scripted_model(tiny[name], f"tiny-{name}", BULGARIAN, BULGARIAN_PROMPT)[0] for name in ("gemma3", "qwen", "smollm2")]
+    trace = generate(members, BULGARIAN_PROMPT, "safe", Settings(max_new_tokens=12, stop_strings=[], lookahead=3))
+    assert trace.text == BULGARIAN
+    at = BULGARIAN.index("пее") + 2  # the second "е"
+    record = next(t for t in trace.tokens if t.start == at)
+    assert (record.text, record.decision, record.condition) == ("е", "oov_blocked", "misaligned")
+    assert record.details.blocked_by == ["tiny-qwen"] and record.start in {r.start for r in trace.rounds}
+    # qwen's row where its "ее" starts, in the round before; smollm2's at the boundary itself
+    assert record.details.verifier_from == {"tiny-qwen": at - 1, "tiny-smollm2": at}
+    assert record.details.verifier_tokens == {"tiny-qwen": "ее", "tiny-smollm2": "е"}
+    assert list(record.details.per_model_top) == ["tiny-gemma3", "tiny-qwen", "tiny-smollm2"]
+    fig = visual.topk_figure(trace, record.index)
+    assert [a.text for a in fig.layout.annotations][:3] == ["tiny-gemma3", "tiny-qwen", "tiny-smollm2"]
+    text = visual.explain_text(trace, record.index)
+    assert "tiny-qwen cuts the text differently here" in text
+    assert "Where its own token starts (character 4), tiny-qwen's top choice is ее" in text
+    assert "tiny-smollm2 has a token edge here too" in text
+
+
 def test_a_forced_key_is_the_forks_first_token_and_the_method_goes_on(tiny, blocked_run):
     """"What if it had chosen this?": a key that is no token of the drafter, put at token N as text; every model
     re-syncs and SAFE continues with the run's models and settings."""
@@ -129,6 +161,95 @@ def test_an_ensembled_token_opens_with_one_plain_sentence():
     assert first.startswith("The models disagreed, so they voted: their weighted average picked ")
     assert "which replaced the drafter's" in first and not re.search(r"\d", first)  # the numbers come below
     assert "Why a vote:" in html and "≤ 0.5" in html
+
+
+def _first_sentence(html: str) -> str:
+    """The explanation's first sentence as read: its first paragraph after the header, tags dropped and every quoted
+    key (``el-key``: a model's token, which may hold digits or signs) replaced by "KEY"."""
+    import html as entities
+    import re
+
+    body = re.findall(r"<p>(.*?)</p>", html)[1]
+    return entities.unescape(re.sub(r"<[^>]+>", "", re.sub(r'<code class="el-key">.*?</code>', "KEY", body)))
+
+
+PLAIN_STARTS = ("The ", "All ", "Not every ", "This ", "You ", "A ", "Part ")
+
+
+def _plain(sentence: str, models: list[str]) -> bool:
+    """One sentence in plain words: it starts with a model's name or a plain opening, holds no digit (no probability,
+    score, round or character number), no comparison sign, no 'probability', and ends at its only full stop."""
+    import re
+
+    words = re.sub("|".join(re.escape(m) for m in sorted(models, key=len, reverse=True)), "MODEL", sentence)
+    return (words.startswith(PLAIN_STARTS + ("MODEL ", "MODEL's "))
+            and not re.search(r"[0-9=≤≥<>]", words) and "probability" not in words
+            and sentence.endswith(".") and ". " not in sentence[:-1] and len(sentence.split()) <= 40)
+
+
+def test_plain_check_tells_numbers_from_words():
+    assert _plain("All models agree with the draft KEY, so it was accepted without a vote.", ["qwen"])
+    assert not _plain("qwen wrote KEY on its own (probability 0.82).", ["qwen"])
+    assert not _plain("Why a vote: the mean probability 0.22 ≤ 0.5.", ["qwen"])
+    assert not _plain("GaC's gate: the primary model qwen puts KEY above the gate.", ["qwen"])
+    assert not _plain("Round 3: every drafting model proposed a segment.", ["qwen"])
+    assert not _plain("qwen wrote KEY. Then more.", ["qwen"])
+    assert _plain("gemma3 cuts the text differently here, so smollm2's token KEY was kept.", ["smollm2", "gemma3"])
+
+
+def _variants():
+    """Every decision the inspector explains, in every form: each token of the six recorded runs, and each end of
+    the answer, a blocked token inside a character, a forced key, a finishing byte token and a control token."""
+    import copy
+
+    from ensemble.trace import Decision
+
+    out = []
+    for name in ("safe", "safe_math", "gac", "unite", "specem", "single"):
+        trace = _fixture(name)
+        out += [(trace, r.index) for r in trace.tokens]
+        firsts = {}
+        for record in trace.tokens:
+            firsts.setdefault((record.decision, record.condition), record)
+        ended = _fixture(name)
+        for like in firsts.values():  # the same decisions once more, as the end of the answer
+            record = copy.deepcopy(like)
+            record.index, record.text, record.start, record.end = len(ended.tokens), "<eos>", len(ended.text), len(ended.text)
+            if record.fusion is not None:
+                record.fusion.choice = "<eos>"
+            if record.decision == Decision.OOV_BLOCKED:
+                record.details["boundary"] = len(ended.text)
+            if record.decision in (Decision.DRAFTER, Decision.GATED):
+                record.topk = [["<eos>", 0.7], [" And", 0.2]]
+            ended.tokens.append(record)
+            out.append((ended, record.index))
+            ended = _fixture(name)
+    safe = _fixture("safe")
+    blocked = next(r for r in safe.tokens if r.decision == "oov_blocked")
+    blocked.condition, blocked.details["boundary"] = "inside_character", None
+    out.append((safe, blocked.index))
+    single = _fixture("single")
+    single.tokens[1].details["forced"] = True
+    single.tokens[2].condition = "completes_character"
+    single.tokens[3].details["control_token"] = True
+    out += [(single, 1), (single, 2), (single, 3)]
+    return out
+
+
+def test_every_explanation_opens_with_one_plain_sentence():
+    """Deliver 5: whatever decided a token, its explanation starts with one sentence in plain words, the numbers
+    (probabilities, means, gates, scores) below it."""
+    seen, bad = set(), []
+    for trace, index in _variants():
+        record = trace.tokens[index]
+        seen.add(record.decision)
+        sentence = _first_sentence(visual.explain(trace, index))
+        if not _plain(sentence, trace.models):
+            bad.append((trace.method, record.decision, record.condition, index, sentence))
+    assert not bad, bad
+    from ensemble.trace import Decision
+
+    assert seen == set(Decision)  # every decision kind was read
 
 
 def test_sharpening_says_why_a_prefix_beats_the_draft():

@@ -16,6 +16,7 @@ from ensemble.keys import MAX_PROMPT_CHARS
 from ensemble.settings import METHODS, check_value, default_of, specs
 
 from .controls import control_names, initial_value, settings_values
+from .preload import PRELOAD_PLOTLY_JS
 
 TABS = ("run", "tokenizers", "compare", "trace", "results")
 MAX_LINK_TEXT = 4000
@@ -151,10 +152,12 @@ KEYS_JS = """
     }).observe(document.body, {childList: true, subtree: true, characterData: true});
     timer = setTimeout(select, 600);
   }
+""" + PRELOAD_PLOTLY_JS + """
 }
 """
 """Runs once on page load: ←/→ step through the strip's tokens, n/p jump to the next/previous blocked or replaced
-token (not while typing), and a ``#t=N`` in the URL selects token N whenever a finished run shows it."""
+token (not while typing), a ``#t=N`` in the URL selects token N whenever a finished run shows it, and Plotly is
+loaded ahead of the first chart (:mod:`ui.preload`)."""
 
 SHARE_JS = """
 (query) => {

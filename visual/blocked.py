@@ -40,7 +40,17 @@ def explain_blocked(record: TokenRecord, trace: RunTrace) -> list[str]:
     drafter = rd.drafter_of(record, trace)
     boundary = rd.integer(d.boundary)
     end = _is_end(record, trace)
-    sentences = [f"The drafter {_m(drafter)} proposed to stop here."] if end else []
+    blockers, cut = _join([_m(v) for v in blocked]) or "a verifier", _verb(blocked or [None], "cuts", "cut")
+    if end:
+        lead = (f"The drafter {_m(drafter)} proposed to stop here; {blockers} {cut} the text differently, "
+                "so the models could not vote and the answer ended as proposed.")
+    elif record.condition == "inside_character" or boundary is None:
+        lead = (f"This token starts in the middle of a character, so the models could not vote here and {_m(drafter)}'s "
+                f"token {_k(record.text)} was kept as it wrote it.")
+    else:
+        lead = (f"{blockers} {cut} the text differently here, so the models could not vote and "
+                f"{_m(drafter)}'s token {_k(record.text)} was kept as it wrote it.")
+    sentences = [lead]
     if record.condition == "inside_character" or boundary is None:
         sentences.append(
             f"The draft token {_k(record.text)} starts inside a multi-byte character: its first bytes came from an "
@@ -76,10 +86,6 @@ def explain_blocked(record: TokenRecord, trace: RunTrace) -> list[str]:
             sentences.append(
                 f"{who} {how} while {_m(drafter)} has {mine}, so fusing here would hand {who} a prefix {they} never produced."
             )
-    if end:
-        sentences.append(f"SAFE's stability check could not fuse here, so it accepted the end of the answer as {_m(drafter)} proposed it.")
-    else:
-        sentences.append(f"SAFE's stability check accepted the draft token {_k(record.text)} as {_m(drafter)} wrote it, without ensembling.")
     sentences += _blocked_wants(d, blocked)
     aligned = [m for m in splits if m != drafter and m not in blocked]
     if aligned and boundary is not None:

@@ -54,11 +54,20 @@ def prob(value) -> str:
     return number_text(value, 4)
 
 
+def _top_margin(title: str | None) -> int:
+    """Room for a title of one, two or three lines (titles break to fit a phone), below the app's chart label and
+    above the first panel's name."""
+    if not title:
+        return 40
+    lines = title.count("<br>") + 1
+    return (60, 80, 120)[min(lines, 3) - 1] + 30 * max(0, lines - 3)
+
+
 def style(fig: go.Figure, height: int, title: str | None = None) -> go.Figure:
     """Layout shared by all figures: transparent (theme-neutral) background, monospace hover boxes."""
     fig.update_layout(
         height=height,
-        margin=dict(l=10, r=20, t=(80 if "<br>" in title else 60) if title else 40, b=30),  # titles break to fit a phone
+        margin=dict(l=10, r=20, t=_top_margin(title), b=30),
         paper_bgcolor="rgba(0,0,0,0)",
         plot_bgcolor="rgba(0,0,0,0)",
         font=dict(color="#7f7f7f", size=12),
@@ -192,9 +201,9 @@ def topk_figure(trace: RunTrace, index) -> go.Figure | None:
     elif source == "fusion":
         title = "Each model's top choices<br>(dark: chosen, hatched: the draft)"
     elif isinstance(record.details, OovBlockedDetails):
-        title = "Top choices: the drafter here, a blocked verifier where<br>its own token starts (dark: the draft, or its own token)"
+        title = "Top choices: the drafter here, a blocked verifier<br>where its own token starts<br>(dark: the draft, or its own token)"
     else:
-        title = "Each model's top choices at the boundary<br>(dark: the draft, or a verifier's own next token)"
+        title = "Each model's top choices at the boundary<br>(dark: the draft or a verifier's own token)"
     return style(fig, 90 + n * (20 * len(keys) + 40), title)
 
 
@@ -236,9 +245,9 @@ def fusion_figure(trace: RunTrace, index) -> go.Figure | None:
                            xanchor="left", font=dict(size=11))
         top_before, top_after = max(before, key=before.get), max(after, key=after.get)
         if top_before != top_after:
-            title += f": sharpening changed the top choice from {label(top_before)} to {label(top_after)}"
+            title += f": sharpening changed<br>the top choice from {label(top_before)} to {label(top_after)}"
         else:
-            title += f": before (light) and after {label(fusion.sharpen or '', glyphs=False)} sharpening (dark)"
+            title += f": before (light)<br>and after {label(fusion.sharpen or '', glyphs=False)} sharpening (dark)"
     top = max([*before.values(), *after.values()], default=1.0)
     fig.update_layout(barmode="group", bargap=0.25, showlegend=bool(after), legend=dict(orientation="h", y=-0.15))
     fig.update_yaxes(autorange="reversed", automargin=True)

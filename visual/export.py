@@ -25,7 +25,7 @@ from .style import CSS
 from .tokenizers import tokenizers_html
 
 _PAGE_CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0 auto; max-width: 1100px;
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif, var(--el-emoji); margin: 0 auto; max-width: 1100px;
   padding: 16px; color: #1f2328; background: #fff; }
 @media (prefers-color-scheme: dark) { body { color: #e6e6e6; background: #111418; } }
 .el-doc-meta { font-size: 13px; opacity: 0.75; }

@@ -129,9 +129,10 @@ def _explain_drafter(record: TokenRecord, trace: RunTrace) -> list[str]:
     top = rd.pairs(record.topk)
     if _is_end(record, trace):
         p = next((p for k, p in top if k in rd.END_TEXTS), None)
-        first = f"{_m(record.model)} chose to end the answer here" + (f" (probability {_p(p)})" if p is not None else "") + "."
         others = _runners_up(top, record.text)
-        return [first, f"Had it gone on, its next choices were: {others}." if others else ""]
+        numbers = (f"Its probability of ending: {_p(p)}." if p is not None else "") + (
+            f" Had it gone on, its next choices were: {others}." if others else "")
+        return [f"{_m(record.model)} chose to end the answer here.", numbers.strip()]
     if isinstance(record.details, DrafterDetails) and record.details.forced:
         return [f"You chose {_k(record.text)} here (What if it had chosen this?): it was put in as text, every model "
                 "re-read the answer with it, and the method went on from there."]
@@ -146,9 +147,10 @@ def _explain_drafter(record: TokenRecord, trace: RunTrace) -> list[str]:
     if not top:
         return [f"{_m(record.model)}'s own token {_k(record.text)}, accepted without any check (no other model takes part here)."]
     chosen = next((p for k, p in top if k == record.text), None)
-    first = f"{_m(record.model)} wrote {_k(record.text)} on its own" + (f" (probability {_p(chosen)})" if chosen is not None else "") + "."
     others = _runners_up(top, record.text)
-    return [first, ("Runners-up: " + others + ".") if others else ""]
+    numbers = (f"Its probability for it: {_p(chosen)}." if chosen is not None else "") + (
+        f" Runners-up: {others}." if others else "")
+    return [f"{_m(record.model)} wrote {_k(record.text)} on its own; no other model checked it.", numbers.strip()]
 
 
 def _explain_consensus(record: TokenRecord, trace: RunTrace) -> list[str]:
@@ -161,8 +163,10 @@ def _explain_consensus(record: TokenRecord, trace: RunTrace) -> list[str]:
         drafter = rd.drafter_of(record, trace)
         p = rd.number(probs.get(drafter))
         proposal = f"The drafter {_m(drafter)} proposed to stop here" + (f" (probability {_p(p)})" if p is not None else "")
+        lead = f"The drafter {_m(drafter)} proposed to stop here and the other models were sure enough, so the answer ended without a vote."
         if record.condition == "unanimous":
             agreeing = _join([f"{_m(v)} {_p(probs.get(v))}" for v in own if rd.number(probs.get(v)) is not None])
+            lead = f"The drafter {_m(drafter)} proposed to stop here and every model agreed, so the answer ended without a vote."
             first = (
                 f"{proposal}; all verifiers agreed{f' ({agreeing})' if agreeing else ''}: each one's top choice is to end "
                 "as well, so the answer ended without ensembling (unanimous)."
@@ -174,19 +178,22 @@ def _explain_consensus(record: TokenRecord, trace: RunTrace) -> list[str]:
                 "ensembling (confident)."
             )
     elif record.condition == "unanimous":
+        lead = f"All models agree with the draft {_k(record.text)}, so it was accepted without a vote."
         tokens = _join([f"{_m(v)} {_k(t)}" for v, t in own.items() if isinstance(t, str)])
         first = (
             f"Every verifier's top choice here is its own next token for the drafted text{f' ({tokens})' if tokens else ''}, so all models "
             f"agree with the draft {_k(record.text)} and it was accepted without ensembling (unanimous)."
         )
     else:
+        lead = (f"Not every model's favourite was the draft {_k(record.text)}, but on average the models are sure enough of "
+                "it, so it was accepted without a vote.")
         first = (
             f"Not every verifier's top choice matched{f' ({_join(preferred)})' if preferred else ''}, but the models are "
             f"confident on average: {mean} &gt; 0.5, so the draft {_k(record.text)} was accepted without "
             "ensembling (confident)."
         )
     listed = _probs(d)
-    return [first, f"Probabilities: {listed}." if listed else ""]
+    return [lead, first, f"Probabilities: {listed}." if listed else ""]
 
 
 def _discarded(record: TokenRecord, trace: RunTrace) -> str:
@@ -299,13 +306,13 @@ def _explain_fused(record: TokenRecord, trace: RunTrace) -> list[str]:
     key = fusion.choice if fusion is not None and isinstance(fusion.choice, str) else record.text
     if _is_end(record, trace):
         fused_p = dict(rd.pairs(fusion.before)).get(key) if fusion is not None else None
-        first = (
-            f"Every-token fusion ({method}) fused all models' distributions at this step and its top choice was to stop "
-            f"({_k(key)}{f', fused probability {_p(fused_p)}' if fused_p is not None else ''}), so the answer ended here."
-        )
+        first = f"All models voted at this step, as {method} has them do at every step, and the vote was to stop, so the answer ended here."
+        how = (f"Every-token fusion ({method}) fused all models' distributions; its top choice was to stop "
+               f"({_k(key)}{f', fused probability {_p(fused_p)}' if fused_p is not None else ''}).")
     else:
-        first = f"Every-token fusion ({method}) fused all models' distributions at this step and chose {_k(key)}; every model then continues from it."
-    parts = [first, _vocabulary(record, trace, key, support)]
+        first = f"All models voted on this token, as {method} has them do at every step, and picked {_k(key)}; each model then continues from it."
+        how = ""
+    parts = [first, " ".join(s for s in (how, _vocabulary(record, trace, key, support)) if s)]
     if support:
         parts.append("Probability each model gave it: " + ", ".join(f"{_m(m)} {_p(p)}" for m, p in support.items()) + ".")
     if fusion is not None:
@@ -319,17 +326,19 @@ def _explain_gated(record: TokenRecord, trace: RunTrace) -> list[str]:
     primary = rd.text(d.primary) or record.model
     gate = d.gate if rd.number(d.gate) is not None else rd.setting(trace, "gac_gate")
     if _is_end(record, trace):
+        lead = f"{_m(primary)} was sure enough on its own that the answer ends here, so it ended without a vote (GaC's gate)."
         first = (
             f"GaC's gate: the primary model {_m(primary)} puts {_p(d.primary_top)} on its top choice, to stop here, "
             f"above the gate {_p(gate)}, so the answer ended without fusing."
         )
     else:
+        lead = f"{_m(primary)} was sure enough of {_k(record.text)} on its own, so it was used without a vote (GaC's gate)."
         first = (
             f"GaC's gate: the primary model {_m(primary)} puts {_p(d.primary_top)} on its top token, above the gate "
             f"{_p(gate)}, so its token {_k(record.text)} was used without fusing."
         )
     others = _runners_up(rd.pairs(record.topk), record.text)
-    return [first, f"{_m(primary)}'s runners-up: {others}." if others else ""]
+    return [lead, first + (f" {_m(primary)}'s runners-up: {others}." if others else "")]
 
 
 def _explain_segment(record: TokenRecord, trace: RunTrace) -> list[str]:
@@ -341,18 +350,17 @@ def _explain_segment(record: TokenRecord, trace: RunTrace) -> list[str]:
     )
     if rnd is None:
         return ending or [f"Part of the winning segment of {_m(record.model)}."]
-    first = f"Round {int(rnd.index)}: every drafting model proposed a segment and the verifiers scored all of them."
+    how = f"Round {int(rnd.index)}: every drafting model proposed a segment and the verifiers scored all of them."
     cands = [c for c in rnd.candidates if isinstance(c, dict)]
     if len(cands) <= 1 or not rnd.aggregate:
-        return [*ending, first, f"{_m(record.model)}'s segment was the only candidate, so it won without a vote. This token is part of it."]
+        return [*ending, f"This token is part of {_m(record.model)}'s segment, the only proposal of its round, so it won without a vote.", how]
     scores = [f"{_m(c.get('model'))} {_p(s)}" for c, s in zip(cands, rnd.aggregate) if c.get("model") != rnd.winner]
     win = next((s for c, s in zip(cands, rnd.aggregate) if c.get("model") == rnd.winner), None)
     winner_text = rd.text(rnd.accepted_text) or ""
     return [
         *ending,
-        first,
-        f"{_m(rnd.winner)}'s segment {_k(winner_text)} won with weighted score {_p(win)} (against {', '.join(scores)}). "
-        f"This token is part of that segment.",
+        f"This token is part of {_m(rnd.winner)}'s segment: every model proposed how to go on and the models' vote picked {_m(rnd.winner)}'s.",
+        f"{how} {_m(rnd.winner)}'s segment {_k(winner_text)} won with weighted score {_p(win)} (against {', '.join(scores)}).",
     ]
 
 

@@ -121,7 +121,7 @@ def results_figures(rows: list[dict]) -> list[go.Figure]:
 
 
 _REPORT_CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 24px auto; max-width: 1100px;
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif, var(--el-emoji); margin: 24px auto; max-width: 1100px;
   padding: 0 16px; color: #222; background: #fff; }
 @media (prefers-color-scheme: dark) { body { color: #e6e6e6; background: #16181d; } }
 h1 { font-size: 1.5em; }

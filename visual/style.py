@@ -68,8 +68,12 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
   --el-shared: #009E73;
   --el-missing: #D55E00;
   --el-decision: #CC79A7;
-  --el-mono: ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberation Mono", monospace;
+  /* Every font stack ends with the colour emoji fonts of the common systems, so an emoji in an answer or a
+     tokenizer's text is drawn as itself where the text font lacks it (Debian: fonts-noto-color-emoji). */
+  --el-emoji: "Apple Color Emoji", "Segoe UI Emoji", "Segoe UI Symbol", "Noto Color Emoji";
+  --el-mono: ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberation Mono", monospace, var(--el-emoji);
 }
+.gradio-container { font-family: var(--font, system-ui, sans-serif), var(--el-emoji); }
 .el-strip { line-height: 2.0; font-size: 17px; overflow-wrap: anywhere; }
 /* Every glyph in its own token's box: fonts shape text across inline boxes, so a ligature ("fi", "fl", "ff") or a
    kerning pair would paint a character inside the neighbouring token's box (S|of|ia drawn as S|ofi|a). Token views
