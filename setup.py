@@ -26,7 +26,10 @@ class BuildWithProjectFiles(build_py):
         for relative in shipped():
             target = Path(self.build_lib) / "ui" / "_shipped" / relative
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(ROOT / relative, target)
+            if relative.endswith("/"):  # a folder (an evaluation run with its traces): copied whole
+                shutil.copytree(ROOT / relative, target, dirs_exist_ok=True)
+            else:
+                shutil.copyfile(ROOT / relative, target)
 
 
 setup(cmdclass={"build_py": BuildWithProjectFiles})

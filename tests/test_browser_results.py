@@ -78,3 +78,19 @@ def test_results_tab_fits_its_width(browser, app_url, size, tmp_path):
         assert right <= size[0] + 1, f"{box} overflows: its right edge at {right} px"
     page.screenshot(path=str(tmp_path / f"results-{'phone' if size[0] < 600 else 'laptop'}.png"), full_page=True)
     context.close()
+
+
+def test_the_projects_run_opens_from_the_button_and_a_lost_question_shows_its_tokens(page):
+    """A Space visitor's path: the button opens the project's GSM8K run; a question the default ensemble lost where
+    qwen alone was right opens as the ensemble's strip in the Run tab, no model loaded."""
+    from ui.results import COMMITTED_RUN
+
+    run, ensemble = open_folder(COMMITTED_RUN), "safe-unite@qwen+smollm2"
+    qid = filter_questions(run, "single_right_ensemble_wrong", ensemble)[0]
+    page.get_by_role("tab", name="Results").click()
+    page.locator("#results-ours").click()
+    page.wait_for_function("() => document.querySelectorAll('#grid .el-cell').length === 240")
+    page.locator(f'#grid .el-cell[data-qid="{qid}"][data-method="{ensemble}"]').click()
+    page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('answer of the evaluation')")
+    page.locator("#strip .el-tok").first.wait_for(state="visible")
+    assert page.locator("#strip .el-tok").count() == len(run.trace(qid, ensemble).tokens)

@@ -106,7 +106,43 @@ def test_an_old_folder_without_traces_opens_and_says_so():
     assert filter_questions(old, "single_right_ensemble_wrong", "safe-unite@qwen+smollm2") == expected
 
 
+def test_the_projects_run_ships_every_answers_trace_and_the_button_opens_it():
+    """The Results tab's button opens the project's traced GSM8K run (docs/results.md): 60 questions x 4 methods,
+    each row with its trace, the trace's text the row's answer; and a question where qwen alone and the default
+    ensemble part shows the decision that did it."""
+    from ui import results
+
+    run = open_folder(results.COMMITTED_RUN)
+    assert results.COMMITTED_RUN == ROOT / "docs" / "results" / "gsm8k-60-traced"
+    assert len(run.question_ids) == 60 and len(run.rows) == 240 and run.traces_note == ""
+    assert run.traced == {(r["qid"], r["method"]) for r in run.rows}
+    for row in run.rows:
+        trace = run.trace(row["qid"], row["method"])
+        assert trace.text == row["text"] and trace.stats.generated_tokens == row["tokens"]
+    ensemble = "safe-unite@qwen+smollm2"
+    lost = filter_questions(run, "single_right_ensemble_wrong", ensemble)
+    right = {(r["qid"], r["method"]): bool(r["correct"]) for r in run.rows}
+    assert lost == [q for q in run.question_ids if right[(q, "single:qwen")] and not right[(q, ensemble)]] != []
+    parted = results.explain_run(lost[0], f"single:qwen,{ensemble}")
+    assert parted["divergence"] is not None and parted["decisions"] and parted["texts"][0] != parted["texts"][1]
+
+
 # -- where two answers part ------------------------------------------------------------------------------------------
+def test_where_a_token_edge_meets_a_longer_token_the_run_that_ended_there_decided():
+    """Question 857 of the project's run: qwen alone wrote " these", the default ensemble " the" + " steps". The
+    texts part at the "s" after " the", inside qwen's " these" but at the ensemble's token edge: what decided it is
+    the ensemble's " the" (a replaced draft), not its " steps" (consensus) that starts there."""
+    from ui.results import COMMITTED_RUN
+
+    run, ensemble = open_folder(COMMITTED_RUN), "safe-unite@qwen+smollm2"
+    div = answers_divergence(run, 857, ("single:qwen", ensemble))
+    qwen, ens = (div.traces[i].tokens[div.indices[i]] for i in (0, 1))
+    assert div.traces[0].text[qwen.start:qwen.end] == " these" and div.traces[1].text[ens.start:ens.end] == " the"
+    assert ens.end == div.at and ens.decision == Decision.ENSEMBLED_REPLACED and ens.fusion.draft == " these"
+    assert token_at(div.traces[1], div.at) == div.indices[1] + 1  # the covering token, " steps", is the next one
+    assert f"with ' the' (token #{div.indices[1]})" in div.lines()[2]
+
+
 def test_token_at_finds_the_covering_token(folder):
     trace = folder.trace(0, "single:qwen")
     for t in trace.tokens[:20]:

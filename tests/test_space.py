@@ -274,6 +274,12 @@ def test_the_wheel_installs_and_its_commands_run(space_venv, tmp_path):
     assert found.returncode == 0, found.stderr[-3000:]
     paths = [Path(p) for p in found.stdout.split()]
     assert all("site-packages" in str(p) and p.is_file() for p in paths), paths
+    # the Results tab's button: the project's run with every answer's trace travels in the wheel
+    opened = run(python, "-c", "from ui.results import COMMITTED_RUN; from ensemble.evaluation.explorer import open_folder; "
+                 "print(COMMITTED_RUN, len(open_folder(COMMITTED_RUN).traced))")
+    assert opened.returncode == 0, opened.stderr[-3000:]
+    where, traced = opened.stdout.split()
+    assert "site-packages" in where and traced == "240", opened.stdout
     tokenized = run(python, "-m", "ensemble", "tokenize", "Sofia went to Plovdiv in 1999.", "--json",
                     "--models", EMBEDDED["qwen"].location)
     assert tokenized.returncode == 0, tokenized.stderr[-3000:]

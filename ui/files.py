@@ -12,12 +12,10 @@ from pathlib import Path
 SHIPPED = (
     "assets/first-view.json",
     "docs/results/gsm8k-summary.csv",
-    "docs/results/gsm8k-60-llamacpp/meta.json",  # the project's GSM8K run, opened by the Results tab's button
-    "docs/results/gsm8k-60-llamacpp/rows.jsonl",
-    "docs/results/gsm8k-60-llamacpp/summary.csv",
-    "docs/results/gsm8k-60-llamacpp/summary.md",
+    "docs/results/gsm8k-60-traced/",  # the project's GSM8K run with its traces, opened by the Results tab's button
 )
-"""The repository's files the app reads (``setup.py`` copies these into the wheel)."""
+"""The repository's files the app reads (``setup.py`` copies these into the wheel); a path ending in ``/`` is a
+folder, copied whole."""
 
 _HERE = Path(__file__).resolve().parent
 

@@ -26,8 +26,8 @@ from .api_args import without_path
 from .files import project_file
 from .views import KEEP, ResultsView
 
-COMMITTED_RUN = project_file("docs/results/gsm8k-60-llamacpp/meta.json").parent
-"""The project's GSM8K run (docs/results.md), opened by the tab's button."""
+COMMITTED_RUN = project_file("docs/results/gsm8k-60-traced/")
+"""The project's GSM8K run with every answer's trace (docs/results.md), opened by the tab's button."""
 MAX_ZIP_BYTES = 256 * 1024 * 1024  # unpacked
 MAX_ZIP_FILES = 20_000
 _MEMBER = re.compile(r"(?:[^/]+/)?(meta\.json|rows\.jsonl|summary\.csv|traces/[^/]+/\d+\.json\.gz)")

@@ -1,7 +1,8 @@
 """Where two answers to one question part, and the decision each run took there.
 
 The two answers share their text up to the first differing character; the token of each run that covers that
-character (or starts there) is where the runs chose differently, and its decision record says why: a replaced
+character (or starts there) is where the runs chose differently (:func:`parting_tokens`: or the token that ended
+right there, when only the other run's token runs on across that point), and its decision record says why: a replaced
 draft token, a fusion, a verifier's veto, a SpecEM segment won by another model. :func:`decision_line` says that
 record in one sentence (for the terminal and agents); the app and ``report`` draw the full explanation with the
 inspector's own functions.
@@ -24,6 +25,25 @@ def token_at(trace: RunTrace, char: int) -> int | None:
         if t.start <= char < t.end or (t.start >= char and t.end > t.start):
             return t.index
     return None
+
+
+def parting_tokens(a: RunTrace, b: RunTrace, at: int) -> tuple[int | None, int | None]:
+    """The token of each answer where ``a`` and ``b`` part at character ``at``.
+
+    Mostly the token that covers ``at``. But when one answer has a token edge exactly at ``at`` while the other's
+    token runs on across it (" the" + " steps" against " these"), the first answer's choice was to *end* a token
+    there: its decision is the token that ends at ``at`` (" the", which replaced the draft " these"), not the
+    unrelated token after it (" steps")."""
+    covering = [token_at(a, at), token_at(b, at)]
+    starts = [tr.tokens[i].start if i is not None else None for tr, i in zip((a, b), covering)]
+    chosen = list(covering)
+    for side, trace in enumerate((a, b)):
+        mine, theirs = starts[side], starts[1 - side]
+        if mine == at and theirs is not None and theirs < at:  # an edge here, the other's token crosses it
+            ended = [t.index for t in trace.tokens if t.end == at and t.start < t.end]
+            if ended:
+                chosen[side] = ended[-1]
+    return chosen[0], chosen[1]
 
 
 def _p(value) -> str:
@@ -103,7 +123,7 @@ def divergence(a: RunTrace, b: RunTrace, labels: tuple[str, str] = ("A", "B")) -
     """Where answers ``a`` and ``b`` part, and each run's token there."""
     comparison = compare_texts(a.text, b.text).to_dict()
     at = comparison["divergence"]
-    indices = (None, None) if at is None else (token_at(a, at), token_at(b, at))
+    indices = (None, None) if at is None else parting_tokens(a, b, at)
     return Divergence((labels[0], labels[1]), (a, b), at, indices, comparison)
 
 
