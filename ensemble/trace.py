@@ -8,8 +8,11 @@ schema-checked, consistency-checked (:mod:`ensemble.trace_check`), never evaluat
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import math
+import zlib
 from dataclasses import asdict, dataclass, field, fields
 
 from . import trace_check, trace_values
@@ -146,6 +149,22 @@ class RunStats:
     stop_reason: str = ""
 
 
+def _unpacked(data: bytes) -> bytes:
+    """A gzip-packed trace (as ``evaluate`` keeps them, ``traces/<method>/<qid>.json.gz``) unpacked, reading at most
+    one byte past the size limit (so a small file that unpacks to gigabytes is refused, not unpacked); other bytes
+    as they are."""
+    if not data.startswith(b"\x1f\x8b"):
+        return data
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as fh:
+            unpacked = fh.read(MAX_TRACE_BYTES + 1)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise TraceFormatError(f"Trace file looks gzip-packed but does not unpack ({type(exc).__name__}).") from exc
+    if len(unpacked) > MAX_TRACE_BYTES:
+        raise TraceFormatError("Trace file unpacks to more than 20 MB; the limit is 20 MB.")
+    return unpacked
+
+
 @dataclass
 class RunTrace:
     method: str
@@ -204,6 +223,7 @@ class RunTrace:
     @classmethod
     def from_json(cls, text: str | bytes) -> RunTrace:
         if isinstance(text, bytes):
+            text = _unpacked(text)
             if len(text) > MAX_TRACE_BYTES:
                 raise TraceFormatError(f"Trace file is {len(text) / 1e6:.1f} MB; the limit is 20 MB.")
             try:

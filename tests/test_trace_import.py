@@ -292,3 +292,18 @@ def test_the_per_token_table_filters_the_sessions_trace_by_decision(tmp_path):
         session_hash = "token-filter-empty"
 
     assert app.filter_tokens("all", Nobody()).__class__.__name__ != "DataFrame"  # no trace: the table is left as it is
+
+
+def test_a_gzip_packed_trace_reads_as_its_json_and_a_gzip_bomb_is_refused():
+    """evaluate keeps traces as .json.gz: fork, the Trace tab and read_trace take them as they are; a small file
+    that unpacks past the 20 MB limit is refused after reading one byte past it, and a broken one in one line."""
+    import gzip
+
+    raw = (FIXTURES / "safe.json").read_bytes()
+    assert RunTrace.from_json(gzip.compress(raw)).to_dict() == RunTrace.from_json(raw).to_dict()
+    bomb = gzip.compress(b" " * (21 * 1024 * 1024))
+    assert len(bomb) < 100_000
+    with pytest.raises(TraceFormatError, match="the limit is 20 MB"):
+        RunTrace.from_json(bomb)
+    with pytest.raises(TraceFormatError, match="gzip-packed but does not unpack"):
+        RunTrace.from_json(gzip.compress(raw)[:200])

@@ -342,7 +342,7 @@ def build_trace_tab() -> TraceTab:
         json_file = gr.File(label="Trace (JSON)", elem_id="json-file", interactive=False, elem_classes=[FILLED])
         csv_file = gr.File(label="Tokens (CSV)", elem_id="csv-file", interactive=False, elem_classes=[FILLED])
         html_file = gr.File(label="Page (HTML, opens offline)", elem_id="html-file", interactive=False, elem_classes=[FILLED])
-    upload = gr.File(label="Load a trace (.json)", file_types=[".json"], type="filepath", elem_id="upload")
+    upload = gr.File(label="Load a trace (.json, or .json.gz as evaluate keeps them)", file_types=[".json", ".gz"], type="filepath", elem_id="upload")
     trace_status = gr.HTML(elem_id="trace-status")  # what the upload did, or why the file was refused
     return TraceTab(export_button, json_file, csv_file, html_file, upload, trace_status)
 
