@@ -263,6 +263,13 @@ def inspect(request: gr.Request, evt: gr.EventData) -> InspectView:
     )
 
 
+def cleared_inspector() -> InspectView:
+    """The inspector with no token selected: what a new run, an uploaded trace or an evaluation's answer starts with
+    (an explanation of the previous trace's token beside a new strip would explain a token it does not have)."""
+    return InspectView(charts_hint=tabs.CHARTS_HINT, topk_plot=gr.update(value=None, visible=False),
+                       fusion_plot=gr.update(value=None, visible=False))
+
+
 def inspect_latest(request: gr.Request, evt: gr.EventData) -> InspectView | None:
     """``inspect`` for a strip click, or None where a newer click of this session has overtaken it (its answer would
     be stale). Only the newest click's token becomes the selected one, where "Fork from the selected token" forks."""
@@ -300,6 +307,19 @@ def form_of(trace: RunTrace) -> dict:
         names.insert(0, trace.drafter)
     form = {"prompt": trace.prompt, "method": trace.method if trace.method in METHODS else None, "models": names or None}
     return form | {"settings": control_values(trace.settings)}
+
+
+def form_updates(run: tabs.RunTab, trace: RunTrace) -> dict:
+    """:func:`form_of` as updates of the Run tab's form (an uploaded trace, an evaluation's answer): Run then runs it
+    again, and the prompt box shows the question the strip answers."""
+    form = form_of(trace)
+    filled = {run.prompt: form["prompt"], **{run.controls[k]: v for k, v in form["settings"].items()}}
+    if form["method"]:
+        filled[run.method] = form["method"]
+    if form["models"]:
+        filled[run.model_box] = form["models"]
+        filled[run.drafter] = gr.update(choices=form["models"], value=form["models"][0])
+    return filled
 
 
 _FIRST: list[RunTrace] = []
@@ -598,6 +618,9 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
     run.run_button.click(on_run, inputs=inputs, outputs=run_outputs, concurrency_limit=RUN_CONCURRENCY,
                          concurrency_id="engine", api_name="run_stream", api_visibility="private")  # scripts/app_latency.py
     run.prompt.submit(on_run, inputs=inputs, outputs=run_outputs, concurrency_id="engine", api_visibility="private")
+    for starts in (run.run_button.click, run.prompt.submit):  # the last run's inspector goes with its strip
+        starts(lambda: updates(run, cleared_inspector()), outputs=outputs(run, InspectView), queue=False,
+               api_visibility="private")
     # Stop sets the session's flag (outside the queue, so it runs at once); the engine checks it before every
     # forward pass and ends the run cleanly, so the partial trace stays complete and the worker is free.
     run.stop_button.click(stop_run_at, inputs=[run.strip_count], outputs=[run.status], queue=False, js=tabs.STRIP_COUNT_JS,
@@ -641,19 +664,14 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
         loaded = SESSIONS.get(_session(request)).pop("imported", None)
         if loaded is None:  # refused: the reason shows where the file was chosen; the Run tab stays as it was
             return {trace.trace_status: view.status}
-        form = form_of(loaded)
-        filled = {run.prompt: form["prompt"], **{run.controls[k]: v for k, v in form["settings"].items()}}
-        if form["method"]:
-            filled[run.method] = form["method"]
-        if form["models"]:
-            filled[run.model_box] = form["models"]
-            filled[run.drafter] = gr.update(choices=form["models"], value=form["models"][0])
+        filled = form_updates(run, loaded)
         done = visual.status_html(f"Loaded: the Run tab replays this {loaded.method} trace ({len(loaded.tokens)} tokens); "
                                   "its prompt, method, models and settings fill the form, so Run runs it again.")
-        return updates(run, view) | filled | {trace.trace_status: done}
+        return updates(run, view) | updates(run, cleared_inspector()) | filled | {trace.trace_status: done}
 
     form_outputs = [run.prompt, run.method, run.model_box, run.drafter, *run.controls.values()]
-    trace.upload.upload(on_upload, inputs=[trace.upload], outputs=[*run_outputs, trace.trace_status, *form_outputs],
+    trace.upload.upload(on_upload, inputs=[trace.upload],
+                        outputs=[*run_outputs, *outputs(run, InspectView), trace.trace_status, *form_outputs],
                         api_visibility="private")
 
 
@@ -735,10 +753,13 @@ def wire_results_tab(results: tabs.ResultsTab, run: tabs.RunTab, tab_box: gr.Tab
             return {results.cell_note: note}
         session["job"], session["trace"] = None, trace
         status = f"Replaying a {trace.method} answer of the evaluation ({len(trace.tokens)} tokens). Click any token."
-        return (updates(run, _final_views(trace, visual.strip_html(trace), status))
-                | {results.cell_note: note, tab_box: gr.Tabs(selected="run")})
+        return (updates(run, _final_views(trace, visual.strip_html(trace), status)) | updates(run, cleared_inspector())
+                | form_updates(run, trace) | {results.cell_note: note, tab_box: gr.Tabs(selected="run")})
 
-    results.grid.click(on_cell, outputs=[*outputs(run, RunView), results.cell_note, tab_box], api_visibility="private")
+    form_outputs = [run.prompt, run.method, run.model_box, run.drafter, *run.controls.values()]
+    opened = results.grid.click(on_cell, outputs=[*outputs(run, RunView), *outputs(run, InspectView), *form_outputs,
+                                                  results.cell_note, tab_box], api_visibility="private")
+    opened.then(None, js=tabs.SCROLL_TO_STRIP_JS)  # the grid was scrolled far down: the answer's strip comes into view
     results.part_button.click(on_part, inputs=[results.part_qid, results.part_a, results.part_b], outputs=[results.part_view],
                               api_visibility="private")
 

@@ -86,11 +86,21 @@ def test_the_projects_run_opens_from_the_button_and_a_lost_question_shows_its_to
     from ui.results import COMMITTED_RUN
 
     run, ensemble = open_folder(COMMITTED_RUN), "safe-unite@qwen+smollm2"
-    qid = filter_questions(run, "single_right_ensemble_wrong", ensemble)[0]
+    qid = filter_questions(run, "single_right_ensemble_wrong", ensemble)[-1]  # the last: far down the grid
+    page.locator("#strip .el-tok").nth(1).click()  # the first view's token explained...
+    page.wait_for_function("() => (document.querySelector('#explanation')?.innerText || '').length > 10")
     page.get_by_role("tab", name="Results").click()
     page.locator("#results-ours").click()
     page.wait_for_function("() => document.querySelectorAll('#grid .el-cell').length === 240")
-    page.locator(f'#grid .el-cell[data-qid="{qid}"][data-method="{ensemble}"]').click()
+    cell = page.locator(f'#grid .el-cell[data-qid="{qid}"][data-method="{ensemble}"]')
+    cell.scroll_into_view_if_needed()
+    cell.click()
     page.wait_for_function("() => document.querySelector('#status')?.innerText.includes('answer of the evaluation')")
     page.locator("#strip .el-tok").first.wait_for(state="visible")
-    assert page.locator("#strip .el-tok").count() == len(run.trace(qid, ensemble).tokens)
+    trace = run.trace(qid, ensemble)
+    assert page.locator("#strip .el-tok").count() == len(trace.tokens)
+    # ...is gone with its strip; the form holds the question this strip answers; the strip's status is in sight
+    assert page.locator("#explanation").inner_text().strip() == ""
+    assert page.locator("#prompt textarea").input_value() == trace.prompt
+    page.wait_for_function("() => { const r = document.querySelector('#status').getBoundingClientRect();"
+                           " return r.top >= -2 && r.bottom <= window.innerHeight; }")

@@ -55,13 +55,20 @@ FILLED = "el-when-filled"
 boxes before anything runs."""
 CHARTS_HINT = '<p class="el-muted">Click a token: each model\'s top choices and the fused distribution appear here.</p>'
 SCROLL_TO_STRIP_JS = """() => {
-  const status = document.getElementById('status');
-  if (!status) return;
-  const top = status.getBoundingClientRect().top;
-  if (top < 0 || top > window.innerHeight - 160) status.scrollIntoView({behavior: 'smooth', block: 'start'});
+  let tries = 0;
+  const bring = () => {
+    const status = document.getElementById('status'), box = status?.getBoundingClientRect();
+    if (!box || box.height === 0) {  // its tab is not drawn yet (a Results cell switches to the Run tab): wait
+      if (++tries < 30) setTimeout(bring, 100);
+      return;
+    }
+    if (box.top < 0 || box.top > window.innerHeight - 160) status.scrollIntoView({behavior: 'smooth', block: 'start'});
+  };
+  bring();
 }"""
-"""Run (button or Enter) brings the status line and the strip below it into view where they are not (on a phone the
-result sits above the form; beside it on a wider screen, where nothing needs to move)."""
+"""Run (button or Enter) and an answer opened from the Results grid bring the status line and the strip below it into
+view where they are not (on a phone the result sits above the form; beside it on a wider screen, where nothing needs
+to move; the grid may have been scrolled far down)."""
 STATUS_JS = f"""
 const bring = {SCROLL_TO_STRIP_JS};
 document.addEventListener('click', (event) => {{
@@ -205,9 +212,10 @@ def build_run_tab(model_choices: list[str], runtimes: list[str] = ("auto",), run
             strip_png.click(None, js=png.STRIP_PNG_JS)  # drawn in the browser: nothing to send to the server
             gr.HTML('<p class="el-muted el-keys">Keys: ← → step through the tokens, n / p jump to the next / previous '
                     "blocked or replaced token.</p>")
+            # the reason right under the strip: a click on a 1366x768 laptop shows it without scrolling
+            explanation = gr.HTML(elem_id="explanation")
     with gr.Row():
         with gr.Column(scale=1):
-            explanation = gr.HTML(elem_id="explanation")
             tokenization = gr.HTML(elem_id="tokenization")
         with gr.Column(scale=1):
             charts_hint = gr.HTML(CHARTS_HINT, elem_id="charts-hint")  # until a token is selected, and why no fusion
