@@ -8,9 +8,9 @@ import argparse
 import math
 from dataclasses import MISSING, asdict, dataclass, field, fields
 
+from .capabilities import CAPABILITIES, METHODS
 from .errors import SettingsError, name_list
 
-METHODS = ("single", "unite", "gac", "safe", "specem")
 FUSIONS = ("unite", "gac")
 SHARPENING = ("none", "heuristic", "geometric")
 SCORINGS = ("logprob", "logit")
@@ -198,7 +198,8 @@ class Settings:
     def sharpen_for(self, method: str) -> str:
         if self.sharpen:
             return self.sharpen
-        return "heuristic" if method == "safe" else "none"
+        found = CAPABILITIES.get(method)
+        return found.default_sharpen if found else "none"
 
     def validate(self, method: str, models: list[str], vocab_sizes: dict[str, int] | None = None) -> Settings:
         """Check every setting for ``method`` on ``models``; raise :class:`SettingsError` with a clear message."""
