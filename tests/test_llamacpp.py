@@ -47,7 +47,7 @@ def _own_greedy(loaded: models.LoadedModel, prompt: str, n: int) -> list[int]:
     import llama_cpp
     import llama_cpp.llama_cpp as raw
 
-    def no_repacking():  # as ensemble/llamacpp.py loads it: weight repacking crashes this llama.cpp build
+    def no_repacking():  # as ensemble/models/gguf.py loads it: weight repacking crashes this llama.cpp build
         params = default()
         params.use_extra_bufts = False
         return params
@@ -268,12 +268,12 @@ def test_llama_members_compute_in_threads_with_the_same_output(llama, method):
 
 
 def test_a_tokenizer_that_disagrees_with_llama_cpp_is_refused(llama, monkeypatch):
-    from ensemble import llamacpp
+    from ensemble.models import gguf
 
     weights = llama["smollm2"].model
     monkeypatch.setattr(weights, "tokenize", lambda text, special=False: [1, 2, 3])
     with pytest.raises(ModelLoadError, match=r"tokenize .* differently"):
-        llamacpp.check_tokenizer(weights, llama["smollm2"].tokenizer, "smollm2")
+        gguf.check_tokenizer(weights, llama["smollm2"].tokenizer, "smollm2")
 
 
 def test_runtime_names_and_errors(llama_pool):
