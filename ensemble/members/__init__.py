@@ -2,7 +2,7 @@
 
 A run's methods talk to every member through a :class:`~ensemble.adapter.ModelAdapter`: the text side
 (:class:`~ensemble.response.ResponseTokens`) always lives in the coordinating process, the model side (a
-:class:`~.runtime.Runtime`: forward passes and KV cache, built by :func:`~.runtime.new_runtime`) lives where the
+:class:`~.runtime.Runtime`: forward passes and KV cache, built by :func:`~.factory.new_runtime`) lives where the
 backend puts it:
 
 - :mod:`.runtime`: the interface, :class:`~.runtime.ForwardStats` and a run's :class:`~.runtime.RunPolicy`;

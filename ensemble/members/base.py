@@ -32,7 +32,7 @@ class Backend:
     remote = False  # members compute in other processes (this one then needs no weights; runtimes: session())
 
     def session(self, loaded):
-        """A process backend's runtime of ``loaded`` for one run (built through :func:`.runtime.new_runtime`)."""
+        """A process backend's runtime of ``loaded`` for one run (built through :func:`.factory.new_runtime`)."""
         raise NotImplementedError(f"the {self.name} backend computes members in this process")
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:

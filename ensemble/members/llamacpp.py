@@ -55,7 +55,7 @@ passes of 1-7 (measured on qwen and gemma3, up to 0.71 logits apart; smollm2's Q
 that is used (``tests/test_llamacpp.py`` checks the equality)."""
 
 def default_threads() -> int:
-    """Threads of a member context unless its role sets them (``ThreadBackend.assign``): the machine's cores, as a
+    """Threads of a member context unless its role sets them (``ThreadBackend.member_threads``): the machine's cores, as a
     member that computes alone (members taking turns, a drafter drafting) is fastest with all of them (measured in
     docs/results.md "Members on llama.cpp"); ``ENSEMBLE_LENS_LLAMA_THREADS`` overrides it."""
     value = os.environ.get("ENSEMBLE_LENS_LLAMA_THREADS", "")

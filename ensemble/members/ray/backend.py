@@ -266,7 +266,7 @@ class RayBackend(Pooled, Backend):
 
     def _threads(self) -> int | None:
         """Threads an actor starts with: as asked; on a cluster its node's default (None); on this machine a share
-        of its cores (each run then sets them by the members' roles, :meth:`assign`)."""
+        of its cores (each run then sets them by the members' roles, :meth:`member_threads`)."""
         if self.threads or self.address:
             return self.threads
         return max(1, (os.cpu_count() or 1) // 3)
