@@ -21,7 +21,7 @@ from ensemble.access import offered_members
 from ensemble.align import compare
 from ensemble.errors import EnsembleError, InputError, MemberDied, TraceFormatError
 from ensemble.fork import fork_method_for, member_names, run_fork
-from ensemble.members import backend_from_env, close_backends, interrupt_on_sigterm
+from ensemble.members import backend_from_env, close_backends, interrupt_on_sigterm, make_backend, warm
 from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
 from ensemble.methods.base import clean_prompt
 from ensemble.models import DEFAULT_ENSEMBLE, DEFAULT_MODELS, EMBEDDED, GPU_PRESETS, ModelPool
@@ -47,9 +47,10 @@ except ImportError:  # pragma: no cover - depends on the platform
     gpu = lambda fn: fn  # noqa: E731
 
 DEVICE = os.environ.get("ENSEMBLE_LENS_DEVICE", "cpu")
-BACKEND, BACKEND_WHY = backend_from_env(DEVICE)  # ENSEMBLE_LENS_BACKEND=local|ray|auto (auto: local on one machine)
+BACKEND_NAME, BACKEND_WHY = backend_from_env(DEVICE)  # ENSEMBLE_LENS_BACKEND=local|ray|auto (auto: local on one machine)
+BACKEND = make_backend(BACKEND_NAME, device=DEVICE)  # where members compute; a process backend's pool holds no weights
 RUNTIME = runtime_from_env()  # ENSEMBLE_LENS_RUNTIME=auto|transformers|llamacpp (auto: llama.cpp for the embedded models on a CPU)
-POOL = ModelPool(device=DEVICE, backend=BACKEND, runtime=RUNTIME)
+POOL = ModelPool(device=DEVICE, runtime=RUNTIME, weights=not BACKEND.remote)
 RUNTIME_CHOICES = [r for r in RUNTIMES if r != "llamacpp" or llamacpp_available()]
 QUEUE_SIZE = int(os.environ.get("ENSEMBLE_LENS_QUEUE", "16"))
 RUN_CONCURRENCY = int(os.environ.get("ENSEMBLE_LENS_CONCURRENCY", "2"))
@@ -90,7 +91,7 @@ def load_models(names: list[str], progress=None) -> list:
 def _backend_for(models: list):
     """A single model runs in process when its weights are here (a member process would only add a round trip
     per token); on a process backend this process holds no weights, so everything runs there."""
-    return POOL.backend if len(models) > 1 or not POOL.weights else None
+    return BACKEND if len(models) > 1 or not POOL.weights else None
 
 
 def _final_views(trace: RunTrace, strip: str, status: str) -> RunView:
@@ -808,9 +809,9 @@ def wire_links(demo: gr.Blocks, tab_box: gr.Tabs, run: tabs.RunTab, tok: tabs.To
 
 def warm_up() -> None:
     """Load the default models (and start their member processes) before serving, so the first run streams at once."""
-    for problem in POOL.warm(DEFAULT_MODELS):  # the runs will say so too; the app keeps serving
+    for problem in warm(POOL, DEFAULT_MODELS, BACKEND):  # the runs will say so too; the app keeps serving
         print(f"[app] {problem}", flush=True)
-    print(f"[app] member backend: {POOL.backend.describe()} ({BACKEND_WHY})", flush=True)
+    print(f"[app] member backend: {BACKEND.describe()} ({BACKEND_WHY})", flush=True)
     print(f"[app] runtime: {RUNTIME} (loaded: {', '.join(POOL.loaded()) or 'none'})", flush=True)
 
 

@@ -1,5 +1,5 @@
 """One member of a run: its tokens of the shared response (:mod:`ensemble.response`, no torch) joined to its
-cached model (:mod:`ensemble.cached`).
+runtime (:class:`ensemble.members.runtime.Runtime`).
 
 Methods change the ids (append a generated token, truncate, restore or re-sync to a new response text); the
 cache follows lazily: the next call that needs logits hands the model all ids, and the model reuses the longest
@@ -12,9 +12,10 @@ from collections.abc import Sequence
 
 import torch
 
-from .cached import ForwardStats
-from .dist import SUMMARY, Dist, FullDist
+from .dist import Dist
 from .keys import EOS_KEY
+from .members.factory import new_runtime
+from .members.runtime import ForwardStats, RunPolicy, Runtime
 from .models import LoadedModel
 from .response import ResponseTokens
 
@@ -27,17 +28,15 @@ class ModelAdapter(ResponseTokens):
     Args:
         loaded: the shared model (weights, tokenizer, key table, template).
         name: the name used in traces (defaults to the model's name; two copies of one model need two names).
-        runtime: where the forward passes run (default: a :class:`CachedModel` in this process; a member
-            backend passes its own, e.g. a Ray actor session).
+        runtime: where the forward passes run (default: the model's own runtime in this process; a run on a
+            process backend passes a session of the model's member process).
     """
 
-    def __init__(self, loaded: LoadedModel, name: str | None = None, runtime=None):
+    def __init__(self, loaded: LoadedModel, name: str | None = None, runtime: Runtime | None = None):
         super().__init__(loaded.keys, name or loaded.name)
         self.loaded = loaded
         self.model = loaded.model
-        self.runtime = runtime if runtime is not None else loaded.new_runtime()
-        self.summary_size = SUMMARY  # ids of a row summary a member sends (the run sets it from UniTE's k)
-        self.full_rows = False  # whole rows from a member: a sampled run reads them (the run sets it)
+        self.runtime = runtime if runtime is not None else new_runtime(loaded)
 
     def start(self, prompt: str) -> None:
         """Begin a run: template the prompt, forget any response. The cache is kept: it follows the ids it is asked
@@ -53,12 +52,12 @@ class ModelAdapter(ResponseTokens):
         self.runtime.stats = ForwardStats()
 
     @property
-    def cancel(self):
-        return self.runtime.cancel
+    def policy(self) -> RunPolicy:
+        return self.runtime.policy
 
-    @cancel.setter
-    def cancel(self, event) -> None:
-        self.runtime.cancel = event
+    def configure(self, policy: RunPolicy) -> None:
+        """Take the run's policy for this member (:class:`~ensemble.members.runtime.RunPolicy`)."""
+        self.runtime.configure(policy)
 
     def close(self) -> None:
         """The run is over: free the KV cache (in a member process too)."""
@@ -72,10 +71,7 @@ class ModelAdapter(ResponseTokens):
     def dists(self, ids: list[int], positions: Sequence[int]) -> list[Dist]:
         """The next-token distributions after ``positions`` of ``ids``: whole rows in process, summaries from a
         member process (:mod:`ensemble.dist`)."""
-        remote = getattr(self.runtime, "dists", None)
-        if remote is not None:
-            return remote(ids, positions, self.summary_size, self.full_rows)
-        return [FullDist(row, self.summary_size) for row in self.runtime.rows(ids, positions)]
+        return self.runtime.dists(ids, positions)
 
     def next_dist(self) -> Dist:
         """The next-token distribution after the prompt and the current response ids."""
@@ -111,9 +107,8 @@ class ModelAdapter(ResponseTokens):
         greedy draft from a member process is made there in one call (the same tokens and distributions).
         """
         out: list[tuple[int, Dist]] = []
-        remote = getattr(self.runtime, "draft_greedy", None)
-        if remote is not None and getattr(choose, "greedy", False) and not self.full_rows and n > 1:
-            for token_id, dist in remote(self.all_ids(), n, set(self.keys.eos_ids), self.summary_size):
+        if self.runtime.remote and getattr(choose, "greedy", False) and not self.policy.full_rows and n > 1:
+            for token_id, dist in self.runtime.draft_greedy(self.all_ids(), n, set(self.keys.eos_ids)):
                 out.append((token_id, dist))
                 if self.keys.key(token_id) == EOS_KEY:
                     return out

@@ -14,6 +14,9 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from dataclasses import replace
+
+from .capabilities import is_one_model
 
 PROMPTS = [
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
@@ -145,7 +148,7 @@ def _measure(models: list, prompts: list[str], plan: list[tuple], repeat: int) -
     peak: dict[str, float] = {}
     for _ in range(repeat):
         for label, method, settings_kwargs, run_kwargs in plan:
-            entry_models = models[:1] if method == "single" and run_kwargs.get("solo") is None else models
+            entry_models = models[:1] if is_one_model(method) and run_kwargs.get("solo") is None else models
             entry_models = run_kwargs.get("solo") or entry_models
             extra = {k: v for k, v in run_kwargs.items() if k not in ("solo", "threads")}
             for p, prompt in enumerate(prompts):
@@ -153,7 +156,7 @@ def _measure(models: list, prompts: list[str], plan: list[tuple], repeat: int) -
                     job = EnsembleRun(entry_models, prompt, method, Settings(**settings_kwargs), **extra)
                     if run_kwargs.get("threads"):  # a thread count for every llama.cpp member of this entry
                         for adapter in job.adapters:
-                            adapter.runtime.threads = run_kwargs["threads"]
+                            adapter.configure(replace(adapter.policy, threads=run_kwargs["threads"]))
                     t = time.perf_counter()
                     for _ in job.events():
                         pass
@@ -261,10 +264,10 @@ def bench_runtimes(runtimes: dict[str, list], prompts: list[str], budget: int, l
     ``speedup_over_first`` against the same method on the first runtime. ``drafter_alone@llamacpp_1thread`` is
     the drafter on a single llama.cpp thread (the issue's target: >= 1.5x transformers on every core); llama.cpp
     ensembles run both ways, ``_threads`` (members at once, in threads) and ``_turns`` (one after another), which
-    is what :meth:`ensemble.members.base.LocalBackend.for_run` chooses between."""
+    is what :meth:`ensemble.members.local.LocalBackend.for_run` chooses between."""
     import os
 
-    from .members.base import SEQUENTIAL, THREADS
+    from .members.local import SEQUENTIAL, THREADS
 
     base = {"max_new_tokens": budget}
     safe = {**base, "lookahead": lookahead}

@@ -3,7 +3,7 @@
 Every decision reads a few numbers of a distribution: its argmax, its top keys, the probability of a handful of
 tokens (a draft token, a verifier's own token, the ids of the candidate keys of a fusion), never all 150k-262k
 entries. :class:`Dist` is that reading. In process it wraps the whole logit row (:class:`FullDist`); from a member
-process (:mod:`ensemble.members.ray_backend`) it holds the row's :class:`Summary` (argmax and the top ``size`` ids
+process (:mod:`ensemble.members.ray.backend`) it holds the row's :class:`Summary` (argmax and the top ``size`` ids
 with their logit and probability, about a kilobyte) and asks the member for any other id's numbers, which the
 member computes from the row it kept (:class:`SizedDist`). Both compute every number with the same code
 (:class:`RowMath`) on the same row, so a run reads the same bits from either, and its output is the same token for

@@ -19,6 +19,7 @@ import difflib
 import re
 from dataclasses import dataclass, field
 
+from .capabilities import CAPABILITIES, SINGLE, capabilities
 from .errors import InputError
 from .keys import is_complete, is_control
 from .settings import METHODS, Settings
@@ -61,8 +62,8 @@ def fork_method(trace: RunTrace, method: str) -> tuple[str, str | None]:
     if method not in FORK_METHODS:
         raise InputError(f"Unknown fork method {str(method)[:40]!r}: use one of {', '.join(FORK_METHODS)}.")
     if method == DRAFTER_ALONE:
-        return "single", None  # the drafter is the one model the fork loads (member_names)
-    return method, (trace.settings.get("drafter") if method in ("single", "safe") else None)
+        return SINGLE, None  # the drafter is the one model the fork loads (member_names)
+    return method, (trace.settings.get("drafter") if CAPABILITIES[method].leads_draft else None)
 
 
 MAX_FORCE_CHARS = 200
@@ -94,8 +95,9 @@ def fork_settings(trace: RunTrace, method: str, at: int, **overrides) -> Setting
     if engine_method != trace.method:
         if data.get("sharpen") == Settings().sharpen_for(trace.method):
             data["sharpen"] = None
-        if trace.method in ("unite", "gac") and data.get("fusion") == trace.method:
-            data["fusion"] = "unite"
+        own = capabilities(trace.method)
+        if own is not None and own.fusion and data.get("fusion") == own.fusion:
+            data["fusion"] = Settings().fusion  # the every-token method's name back to the setting's default
     data["drafter"] = drafter
     data["max_new_tokens"] = max(1, int(data.get("max_new_tokens", 128)) - at)
     data.update({k: v for k, v in overrides.items() if v is not None})

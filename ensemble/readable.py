@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+from .capabilities import CAPABILITIES, capabilities, is_segments
+
 DECISION_WORDS = {
     "drafter": "drafter only",
     "consensus": "consensus",
@@ -20,13 +22,7 @@ DECISION_WORDS = {
 }
 """A decision's name for people (``visual.style`` draws the same labels beside its colours)."""
 
-METHOD_DECISIONS: dict[str, tuple[str, ...]] = {
-    "single": ("drafter",),
-    "safe": ("consensus", "oov_blocked", "gated", "ensembled_kept", "ensembled_replaced", "drafter"),
-    "unite": ("fused",),
-    "gac": ("fused", "gated"),
-    "specem": ("segment",),
-}
+METHOD_DECISIONS: dict[str, tuple[str, ...]] = {name: c.decisions for name, c in CAPABILITIES.items()}
 
 
 def method_decisions(method: str, settings: dict | None = None) -> tuple[str, ...]:
@@ -34,7 +30,9 @@ def method_decisions(method: str, settings: dict | None = None) -> tuple[str, ..
     with GaC fusion, GaC with a gate); without settings, all the method's."""
     decisions = METHOD_DECISIONS.get(method, tuple(d for d in DECISION_WORDS if d != "segment"))
     if isinstance(settings, dict):
-        gate = settings.get("gac_gate") is not None and (method == "gac" or settings.get("fusion") == "gac")
+        caps = capabilities(method)
+        fusion = caps.fusion_for(settings.get("fusion")) if caps else settings.get("fusion")
+        gate = settings.get("gac_gate") is not None and fusion == "gac"
         if not gate:
             decisions = tuple(d for d in decisions if d != "gated")
     return decisions
@@ -47,7 +45,7 @@ def plural(n: int, one: str, many: str | None = None) -> str:
 
 def et_text(et_ratio, method: str | None = None, rounds=None) -> str:
     """E/T as people read it: ``12.0%``; for SpecEM ``votes on every segment (3 rounds)``; ``–`` when unknown."""
-    if method == "specem":
+    if is_segments(method):
         n = rounds if isinstance(rounds, int) and not isinstance(rounds, bool) and rounds >= 0 else None
         return "votes on every segment" + (f" ({plural(n, 'round')})" if n is not None else "")
     if isinstance(et_ratio, bool) or not isinstance(et_ratio, int | float) or not math.isfinite(et_ratio):

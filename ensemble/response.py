@@ -6,7 +6,7 @@ appending a token the model chose, truncating a rejected draft, restoring a save
 to a new response text (a tail window re-tokenized); they read the state through the public methods below
 (``token_start``, ``token_end``, ``edges_from``, ``boundaries_from``, ``finished``), never the lists.
 
-The model side (:mod:`ensemble.cached`) only ever sees ``all_ids()``: whatever prefix of it is cached is
+The model side (:mod:`ensemble.members.runtime`) only ever sees ``all_ids()``: whatever prefix of it is cached is
 reused. That split is the seam a member backend (another process, another runtime) plugs into.
 """
 

@@ -8,10 +8,10 @@ import argparse
 import math
 from dataclasses import MISSING, asdict, dataclass, field, fields
 
+from .capabilities import CAPABILITIES, METHODS
 from .errors import SettingsError, name_list
 from .trace_values import MAX_PAIRS
 
-METHODS = ("single", "unite", "gac", "safe", "specem")
 FUSIONS = ("unite", "gac")
 SHARPENING = ("none", "heuristic", "geometric")
 SCORINGS = ("logprob", "logit")
@@ -199,7 +199,8 @@ class Settings:
     def sharpen_for(self, method: str) -> str:
         if self.sharpen:
             return self.sharpen
-        return "heuristic" if method == "safe" else "none"
+        found = CAPABILITIES.get(method)
+        return found.default_sharpen if found else "none"
 
     def validate(self, method: str, models: list[str], vocab_sizes: dict[str, int] | None = None) -> Settings:
         """Check every setting for ``method`` on ``models``; raise :class:`SettingsError` with a clear message."""

@@ -16,6 +16,7 @@ import zlib
 from dataclasses import asdict, dataclass, field, fields
 
 from . import trace_check, trace_values
+from .capabilities import capabilities
 from .decisions import (
     DECISIONS,
     CheckedDetails,
@@ -295,12 +296,13 @@ def _migrate(data: dict) -> None:
 
 def _v1_drafter(data: dict) -> str | None:
     models = data["models"]
-    if data.get("method") == "specem" or not models:
+    caps = capabilities(data.get("method"))
+    if (caps is not None and not caps.has_drafter) or not models:
         return None
     chosen = data["settings"].get("drafter")
     if isinstance(chosen, str) and chosen in models:
         return chosen
-    if data.get("method") == "safe":
+    if caps is not None and caps.verifies_drafter:
         for tok in data["tokens"]:
             d = tok.get("details") or {}
             verifiers = {*_str_keys(d.get("verifier_tokens")), *_strs(d.get("blocked_by"))}

@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from ensemble.members import new_runtime
 from ensemble.models import load, quiet_progress
 
 SIZES = (1, 2, 4, 6, 7, 8, 10)
@@ -31,7 +32,7 @@ def main() -> None:
     args = parser.parse_args()
     print("model     " + "".join(f"{n:>3} tok  " for n in SIZES) + "  (ms per pass)")
     for name in args.models.split(","):
-        model = load(name, "cpu", "auto", quiet_progress, runtime="llamacpp").new_runtime()
+        model = new_runtime(load(name, "cpu", "auto", quiet_progress, runtime="llamacpp"))
         ids = list(range(1000, 1150))
         model.rows(ids, [len(ids) - 1])
         cells = []

@@ -20,8 +20,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def decode(model, prompt: str, tokens: int, threads: int) -> float:
-    runtime = model.new_runtime()
-    runtime.threads = threads
+    from ensemble.members import RunPolicy, new_runtime
+
+    runtime = new_runtime(model)
+    runtime.configure(RunPolicy(threads=threads))
     ids = model.prompt_ids(prompt)
     runtime.rows(ids, [len(ids) - 1])
     started = time.perf_counter()

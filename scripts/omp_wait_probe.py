@@ -4,7 +4,7 @@ For each wait policy, a fresh Python process starts the Ray backend (one actor p
 times, on one GSM8K question of the test set (ensemble/data/gsm8k) with evaluate's instruction, 128 greedy tokens of: qwen alone,
 SAFE on qwen + smollm2 and every-token UniTE on them, each after a short warm-up run. ``default`` is OpenMP's own
 policy (threads spin a while at every barrier, then sleep), ``passive`` sleeps at once (what
-``ensemble.members.ray_backend.SHARED_CORES_ENV`` gives members on one machine). Compare the rows of one run.
+``ensemble.members.ray.backend.SHARED_CORES_ENV`` gives members on one machine). Compare the rows of one run.
 
     python scripts/omp_wait_probe.py            # both policies
     python scripts/omp_wait_probe.py --question 120
@@ -36,7 +36,7 @@ def child(question: int, tokens: int) -> dict:
     prompt = build_prompt(json.loads(line)["question"])
     backend = make_backend("ray")
     try:
-        models = ModelPool(backend=backend, runtime="llamacpp").get_many(["qwen", "smollm2"])
+        models = ModelPool(runtime="llamacpp", weights=False).get_many(["qwen", "smollm2"])
         backend.prepare(models)
         out = {}
         for method, members in (("single", models[:1]), ("safe", models), ("unite", models)):

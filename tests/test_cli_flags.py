@@ -135,10 +135,10 @@ def test_member_resources_make_a_ray_backend_whatever_the_case_of_cpu(monkeypatc
     """The issue's crash (``qwen=CPU:1``: "unhashable type: 'dict'"): the backend is made (and shared by equal
     settings), and the actor asks Ray for one CPU, not for a custom resource called CPU."""
     from ensemble.cli.options import backend_from_args
-    from ensemble.members import base
-    from ensemble.members.ray_backend import RayBackend, actor_options
+    from ensemble.members import backends
+    from ensemble.members.ray import RayBackend, actor_options
 
-    monkeypatch.setattr(base, "_shared", {})
+    monkeypatch.setattr(backends, "_shared", {})
 
     class Args:
         backend, ray_address, member_resources, member_threads, device = "auto", None, "qwen=CPU:1", None, "cpu"

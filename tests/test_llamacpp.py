@@ -15,7 +15,8 @@ import torch
 
 from ensemble import models
 from ensemble.errors import ModelLoadError
-from ensemble.members.base import LOCAL, SEQUENTIAL, THREADS
+from ensemble.members import new_runtime, warm
+from ensemble.members.local import LOCAL, SEQUENTIAL, THREADS
 from ensemble.methods import EnsembleRun, generate
 from ensemble.settings import Settings
 
@@ -46,7 +47,7 @@ def _own_greedy(loaded: models.LoadedModel, prompt: str, n: int) -> list[int]:
     import llama_cpp
     import llama_cpp.llama_cpp as raw
 
-    def no_repacking():  # as ensemble/llamacpp.py loads it: weight repacking crashes this llama.cpp build
+    def no_repacking():  # as ensemble/models/gguf.py loads it: weight repacking crashes this llama.cpp build
         params = default()
         params.use_extra_bufts = False
         return params
@@ -88,11 +89,11 @@ def test_a_cut_back_cache_equals_a_fresh_evaluation(llama):
     answer = model.tokenizer("She has 16 - 3 - 4 = 9 eggs left, so she makes 9 * 2 = $18.", add_special_tokens=False)["input_ids"]
     full, p = prompt + answer, len(prompt)
     wanted = list(range(p - 1, len(full)))
-    fresh = model.new_runtime().rows(full, wanted)
-    reused = model.new_runtime()
+    fresh = new_runtime(model).rows(full, wanted)
+    reused = new_runtime(model)
     reused.rows(prompt + [236743, 236770, 236771], [p + 2])  # a different continuation, cut back to the prompt
     assert reused.rows(full, wanted).equal(reused.rows(full, wanted))
-    cut = model.new_runtime()
+    cut = new_runtime(model)
     cut.rows(prompt + [236743], [p])
     rows = cut.rows(full, wanted)
     # the cache was cut back to the prompt less its last id (whose logits are wanted again), not emptied
@@ -104,18 +105,18 @@ def test_a_cut_back_cache_equals_a_fresh_evaluation(llama):
 def test_a_run_reuses_the_last_runs_batched_cells_and_gets_the_fresh_rows(llama):
     """A context handed on from an ended run: the next run evaluates only what the two prompts do not share (at
     least SHARED_PASS tokens), reuses no cell a short pass wrote, and gets the rows of a fresh context bit for bit."""
-    from ensemble.llamacpp import SHARED_PASS
+    from ensemble.members.llamacpp import SHARED_PASS
 
     model = llama["qwen"]
     prompt = model.prompt_ids(GSM8K)
     other = model.prompt_ids(GSM8K.replace("16 eggs", "17 eggs"))
     shared = next(i for i, (a, b) in enumerate(zip(prompt, other)) if a != b)
     model.model.free_idle()
-    fresh = model.new_runtime()
+    fresh = new_runtime(model)
     assert not fresh.recycled
     expect = fresh.rows(other, [len(other) - 2, len(other) - 1])
     fresh.close()
-    first = model.new_runtime()
+    first = new_runtime(model)
     assert first.recycled  # the context fresh ended with
     first.rows(prompt, [len(prompt) - 1])
     more = list(range(11, 11 + SHARED_PASS))
@@ -124,31 +125,31 @@ def test_a_run_reuses_the_last_runs_batched_cells_and_gets_the_fresh_rows(llama)
     assert first.stats.tokens == max(SHARED_PASS, len(prompt) - shared) + SHARED_PASS + 2
     first.close()
     assert model.model.idle and model.model.idle[-1].reusable() == len(prompt) + SHARED_PASS
-    second = model.new_runtime()
+    second = new_runtime(model)
     rows = second.rows(other, [len(other) - 2, len(other) - 1])
     assert second.stats.tokens == len(other) - shared > SHARED_PASS  # the template head and the question's start kept
     torch.testing.assert_close(rows, expect, atol=0, rtol=0)
     second.close()
-    again = model.new_runtime()  # the same prompt again: a long pass still evaluated, the rows unchanged
+    again = new_runtime(model)  # the same prompt again: a long pass still evaluated, the rows unchanged
     assert again.rows(other, [len(other) - 1]).equal(expect[1:]) and again.stats.tokens == SHARED_PASS
-    runtimes = [again, model.new_runtime(), model.new_runtime()]
+    runtimes = [again, new_runtime(model), new_runtime(model)]
     for runtime in runtimes:
         runtime.close()
     assert len(model.model.idle) == 2  # at most IDLE_CONTEXTS are kept, the others freed
 
 
 def test_warming_reads_the_template_head_that_the_first_run_then_skips(llama, llama_pool):
-    from ensemble.llamacpp import SHARED_PASS
+    from ensemble.members.llamacpp import SHARED_PASS
 
     model = llama["qwen"]
     for m in (model, llama["gemma3"]):
         m.model.free_idle()
     head = model.template_head()
     assert model.tokenizer.decode(head).endswith("<|im_start|>user\n") and len(head) >= SHARED_PASS
-    assert llama_pool.warm(["qwen", "gemma3"]) == []
+    assert warm(llama_pool, ["qwen", "gemma3"]) == []
     assert [c.ids for c in model.model.idle] == [head]
     assert llama["gemma3"].model.idle[-1].ids == []  # made, but gemma3's head ("<bos>Question:") is too short to reuse
-    runtime = model.new_runtime()
+    runtime = new_runtime(model)
     prompt = model.prompt_ids(GSM8K)
     runtime.rows(prompt, [len(prompt) - 1])
     assert runtime.stats.tokens == len(prompt) - len(head)
@@ -183,8 +184,8 @@ def test_one_token_passes_stay_within_the_kernels_tolerance(llama):
     prompt = model.prompt_ids(GSM8K)
     answer = model.tokenizer("She has 16 - 3 - 4 = 9 eggs left, so she makes 9 * 2 = $18.", add_special_tokens=False)["input_ids"]
     full, p = prompt + answer, len(prompt)
-    batch = model.new_runtime().rows(full, list(range(p, len(full))))
-    one = model.new_runtime()
+    batch = new_runtime(model).rows(full, list(range(p, len(full))))
+    one = new_runtime(model)
     one.rows(full[:p], [p - 1])
     step = torch.stack([one.rows(full[: i + 1], [i])[0] for i in range(p, len(full))])
     assert (step - batch).abs().max() < 2.5
@@ -197,13 +198,13 @@ def test_verify_in_line_equals_scoring_each_draft_alone(llama):
     ctx = model.prompt_ids(PROMPT)
     blocks = [model.tokenizer(t, add_special_tokens=False)["input_ids"] for t in ("Sofia went to", "She went to Plovdiv", "In 1999")]
     targets = [t for b in blocks for t in b[1:] + [b[0]]]
-    runtime = model.new_runtime()
+    runtime = new_runtime(model)
     runtime.rows(ctx, [len(ctx) - 1])
     inline = runtime.branch_scores(len(ctx), blocks, targets)
     assert runtime.cache_ids == ctx  # the drafts' cells are gone again
     at = 0
     for block in blocks:
-        alone = model.new_runtime()
+        alone = new_runtime(model)
         alone.rows(ctx, [len(ctx) - 1])
         rows = alone.rows(ctx + block, range(len(ctx), len(ctx) + len(block)))
         tgt = torch.tensor(targets[at : at + len(block)])[:, None]
@@ -267,12 +268,12 @@ def test_llama_members_compute_in_threads_with_the_same_output(llama, method):
 
 
 def test_a_tokenizer_that_disagrees_with_llama_cpp_is_refused(llama, monkeypatch):
-    from ensemble import llamacpp
+    from ensemble.models import gguf
 
     weights = llama["smollm2"].model
     monkeypatch.setattr(weights, "tokenize", lambda text, special=False: [1, 2, 3])
     with pytest.raises(ModelLoadError, match=r"tokenize .* differently"):
-        llamacpp.check_tokenizer(weights, llama["smollm2"].tokenizer, "smollm2")
+        gguf.check_tokenizer(weights, llama["smollm2"].tokenizer, "smollm2")
 
 
 def test_runtime_names_and_errors(llama_pool):

@@ -218,7 +218,7 @@ def test_members_on_two_cluster_nodes_give_the_local_output(members, ray_backend
     import ray
     from ray.cluster_utils import Cluster
 
-    from ensemble.members.ray_backend import RayBackend
+    from ensemble.members.ray import RayBackend
 
     ray_backend.close()  # one Ray connection per process: leave the local cluster first
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"node_a": 1}})
@@ -282,7 +282,7 @@ def test_a_weightless_coordinator_runs_embedded_members_in_their_processes(pool,
     from ensemble.models import ModelPool
 
     backend = make_backend("ray", threads=1)
-    light = ModelPool(dtype="float32", backend=backend, runtime="transformers")
+    light = ModelPool(dtype="float32", runtime="transformers", weights=not backend.remote)
     assert not light.weights
     members = light.get_many(["qwen", "smollm2"])
     assert all(not m.has_weights and next(m.model.parameters()).is_meta for m in members)

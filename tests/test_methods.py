@@ -301,7 +301,7 @@ def test_specem_without_feedback_keeps_uniform_weights(tiny):
 
 
 def test_every_method_has_a_runner():
-    from ensemble.methods import RUNNERS
+    from ensemble.methods import REGISTRY
     from ensemble.settings import METHODS
 
-    assert set(RUNNERS) == set(METHODS)
+    assert set(REGISTRY) == set(METHODS)

@@ -265,13 +265,14 @@ def test_stop_frees_the_run_within_one_pass_and_the_next_run_is_clean(embedded):
 
 def test_cancel_flag_raises_before_the_next_forward_pass(tiny):
     from ensemble.adapter import ModelAdapter
+    from ensemble.members import RunPolicy
 
     adapter = ModelAdapter(tiny["smollm2"])
     adapter.start("hi")
-    adapter.cancel = threading.Event()
+    adapter.configure(RunPolicy(cancel=threading.Event()))
     adapter.next_logits()
     adapter.append(5)
-    adapter.cancel.set()
+    adapter.policy.cancel.set()
     with pytest.raises(Cancelled):
         adapter.next_logits()
 

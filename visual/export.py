@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+from ensemble.capabilities import is_segments
 from ensemble.trace import RunTrace
 
 from .escape import safe
@@ -72,7 +73,7 @@ def run_document(trace: RunTrace) -> str:
     data = {str(t.index): explain(trace, t.index) + tokenization_html(trace, t.index) for t in trace.tokens}
     meta = f"{trace.method} on {', '.join(trace.models)}" + (f" · recorded {trace.created[:19]}" if trace.created else "")
     warnings = f'<p class="el-warning">{safe(" · ".join(trace.warnings))}</p>' if trace.warnings else ""
-    specem = rounds_html(trace) + weights_note(trace) if trace.method == "specem" else ""
+    specem = rounds_html(trace) + weights_note(trace) if is_segments(trace.method) else ""
     body = (
         f"<h1>Ensemble Lens: {safe(trace.method)}</h1><p class=\"el-doc-meta\">{safe(meta)}</p>"
         f'<h3>Prompt</h3><div class="el-doc-panel" style="white-space: pre-wrap">{safe(trace.prompt)}</div>'

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from ensemble.capabilities import is_one_model
 from ensemble.trace import RunTrace
 
 from . import records as rd
@@ -21,7 +22,7 @@ KEPT_PREVIEW = 160
 
 def run_label(trace: RunTrace) -> str:
     """``safe on qwen, smollm2, gemma3`` or ``drafter alone (qwen)`` for a single-model run."""
-    if trace.method == "single":
+    if is_one_model(trace.method):
         return f"{trace.models[0]} alone"
     return f"{trace.method} on {', '.join(trace.models)}"
 
@@ -108,7 +109,7 @@ def whatif_html(trace: RunTrace, index) -> str:
     keys = sorted(best, key=lambda k: -best[k])[:MAX_WHATIF_KEYS]
     if not keys:
         return ""
-    method = "the drafter" if trace.method == "single" else trace.method
+    method = "the drafter" if is_one_model(trace.method) else trace.method
     buttons = "".join(f'<button type="button" class="el-whatif-key" data-key="{safe(k)}" title="fork with {safe(k)} '
                       f'forced here">{whitespace(k, True, breaks=False)}</button>' for k in keys)
     return (f'<div class="el-whatif"><p><b>What if it had chosen this?</b> Click a key: the answer forks at token '

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from ensemble.capabilities import is_segments
 from ensemble.trace import RoundRecord, RunTrace
 
 from . import records as rd
@@ -15,7 +16,7 @@ from .style import model_class, model_colour, swatch
 
 
 def _is_specem(trace: RunTrace) -> bool:
-    return trace.method == "specem" and bool(trace.rounds)
+    return is_segments(trace.method) and bool(trace.rounds)
 
 
 def _num(value, digits: int = 3) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ensemble.capabilities import is_one_model, is_segments
 from ensemble.keys import display_key
 from ensemble.trace import ConsensusDetails, Decision, GatedDetails, OovBlockedDetails, RunTrace, TokenRecord
 
@@ -130,7 +131,7 @@ class StripBuilder:
         classes = ["el-tok", record.decision]
         if record.decision == Decision.CONSENSUS and record.condition == "confident":
             classes.append("confident")  # only the mean agreed: drawn apart from a unanimous consensus
-        if self.method == "specem" or record.decision == "segment":
+        if is_segments(self.method) or record.decision == "segment":
             classes.append(model_class(self.models, record.model))
         if record.round is not None and record.round != self._last_round:
             if self._last_round is not None:
@@ -197,7 +198,7 @@ def first_divergence(texts: list[str]) -> int | None:
 
 def compare_label(trace: RunTrace) -> str:
     """How a comparison names a run: its method, and for a single model which one."""
-    return f"single ({trace.models[0]})" if trace.method == "single" and trace.models else trace.method
+    return f"{trace.method} ({trace.models[0]})" if is_one_model(trace.method) and trace.models else trace.method
 
 
 def _strip_marked(trace: RunTrace, at: int | None) -> str:

@@ -7,6 +7,7 @@ tints, so text keeps the theme's own colour on light and dark themes alike.
 
 from __future__ import annotations
 
+from ensemble.capabilities import is_segments
 from ensemble.readable import method_decisions
 
 from .escape import safe
@@ -234,7 +235,7 @@ def legend_html(method: str, models: list[str], settings: dict | None = None, en
     """One swatch per decision ``method`` (with ``settings``) can produce; for SpecEM one per model (``model-N``);
     the end marker only for an answer that ended by itself (``ended``), not one that hit its token budget."""
     items = []
-    if method == "specem":
+    if is_segments(method):
         for i, name in enumerate(models):
             items.append((f"model-{i}", f"segment of {name}", f"{name}'s segment won the round"))
     else:

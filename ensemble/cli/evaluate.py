@@ -7,6 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from ..capabilities import is_one_model
 from ..errors import EvaluationError, UnknownModelError
 from ..evaluation import (
     GSM8K_TEST,
@@ -79,16 +80,17 @@ def cmd_evaluate(args) -> int:
         except UnknownModelError as exc:
             where = f"single:{name}" if name not in config.models else "--models"
             raise EvaluationError(f"{where}: {exc}") from exc
-    ensembles = [len(s.model_names(config.models)) for s in specs if s.method != "single"]
+    ensembles = [len(s.model_names(config.models)) for s in specs if not is_one_model(s.method)]
     backend = backend_from_args(args, members=max(ensembles, default=1))
     questions = load_questions(config.data)
     check_compatible(config.out, config.fingerprint(file_sha256(config.data)))
     # the single:NAME baseline runs in process, so its weights are loaded here too
-    pool = ModelPool(device=args.device, dtype=args.dtype, backend=backend, runtime=args.runtime, weights=True if any(s.method == "single" for s in specs) else None)
+    weights = not backend.remote or any(is_one_model(s.method) for s in specs)
+    pool = ModelPool(device=args.device, dtype=args.dtype, runtime=args.runtime, weights=weights)
     loaded = {name: pool.get(name) for name in config.model_names()}
     selected = len(select_questions(questions, config.limit, settings.seed))
     print(f"evaluating {len(specs)} method(s) on {selected} question(s) into {config.out}", file=sys.stderr)
     # SIGTERM (``kill PID``) stops it like Ctrl-C (``cli.parser.main``): its rows are kept and the partial summary is
     # written; a run started in the background by a shell cannot be stopped with SIGINT, which such a shell ignores.
-    run_evaluation(config, loaded, progress=not args.no_progress, write_html=write_html_report, backend=pool.backend)
+    run_evaluation(config, loaded, progress=not args.no_progress, write_html=write_html_report, backend=backend)
     return print_summary(config.out)

@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 
+from ..capabilities import is_one_model
 from ..errors import TraceFormatError
 from ..fork import DRAFTER_ALONE, FORK_METHODS, member_names
 from ..models.device import resolve_device
@@ -72,7 +73,7 @@ def cmd_fork(args) -> int:
         write_document(args.html, "fork_document", trace, forked, comparison.to_dict())
     if args.json:
         return 0
-    label = f"{names[0]} alone" if method == "single" else f"{method} on {', '.join(forked.models)}"
+    label = f"{names[0]} alone" if is_one_model(method) else f"{method} on {', '.join(forked.models)}"
     print(f"-- kept ({len(comparison.kept)} characters, tokens #0–#{at - 1} of {trace.method}):", file=sys.stderr)
     print(comparison.kept)
     print(f"-- the run ({trace.method}) went on:", file=sys.stderr)

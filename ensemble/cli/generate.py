@@ -68,10 +68,10 @@ def cmd_generate(args) -> int:
         if path:
             check_output_file(path)
     backend = backend_from_args(args, members=1 if args.method == "single" else len(names), names=bases)
-    pool = ModelPool(device=args.device, dtype=args.dtype, backend=backend, runtime=args.runtime)
+    pool = ModelPool(device=args.device, dtype=args.dtype, runtime=args.runtime, weights=not backend.remote)
     models = pool.get_many(names)
     stop = threading.Event()
-    job = EnsembleRun(models, prompt, args.method, settings, cancel=stop, backend=pool.backend)
+    job = EnsembleRun(models, prompt, args.method, settings, cancel=stop, backend=backend)
     color = sys.stdout.isatty() and not args.json and os.environ.get("NO_COLOR") is None
     if color:
         print(legend_line(args.method, job.trace.settings), file=sys.stderr)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from ..capabilities import capabilities
 from ..decisions import Decision, OovBlockedDetails
 from ..models.runtimes import split_runtime
 from .explorer import Folder
@@ -65,7 +66,8 @@ def decision_stats(folder: Folder) -> dict:
             tokens += len(trace.tokens)
             counts.update(str(t.decision) for t in trace.tokens)
             correct = bool(row.get("correct"))
-            if trace.method == "safe":
+            caps = capabilities(trace.method)
+            if caps is not None and caps.verifies_drafter:
                 _count_blocked(pairs, method, trace, qid)
                 replaced = [t.index for t in trace.tokens if t.decision == Decision.ENSEMBLED_REPLACED]
                 first.setdefault(method, []).append({"qid": qid, "position": replaced[0] if replaced else None,
@@ -78,7 +80,7 @@ def decision_stats(folder: Folder) -> dict:
                            f"{'replaced' if replaced else 'no replacement'}, ensemble {'right' if correct else 'wrong'}")
                     entry["counts"][key] += 1
                     entry["questions"].setdefault(key, []).append(qid)
-            if trace.method == "specem" and trace.rounds:
+            if caps is not None and caps.segments and trace.rounds:
                 _count_segments(segments.setdefault(method, {"wins": Counter(), "trajectories": []}), trace, qid, correct)
         if answers:
             decisions[method] = {"answers": answers, "tokens": tokens, "counts": dict(counts),

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from ..capabilities import is_one_model
 from ..errors import Cancelled, EnsembleError, EvaluationError
 from ..files import file_sha256
 from .data import INSTRUCTION, build_prompt, load_questions, select_questions
@@ -153,7 +154,7 @@ def _run_locked(config, loaded, out, questions_all, questions, data_sha, model_i
                 members = [loaded[n] for n in spec.model_names(config.models)]
                 t0 = time.perf_counter()
                 try:
-                    where = None if spec.method == "single" else backend  # the single baseline runs in process
+                    where = None if is_one_model(spec.method) else backend  # the single baseline runs in process
                     trace = engine.generate(members, build_prompt(question.question), spec.method, spec.settings(config.settings), backend=where)
                     row = make_row(question, spec.label, trace)
                     save_trace(out, question.qid, spec.label, trace)  # before the row: a row always has its trace

@@ -6,6 +6,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from ..capabilities import METHODS, SINGLE, is_one_model
 from ..errors import EnsembleError, EvaluationError
 from ..models.runtimes import split_runtime
 from ..settings import Settings
@@ -46,7 +47,7 @@ class MethodSpec:
     def settings(self, base: Settings) -> Settings:
         """A fresh copy of ``base`` adjusted for this method (a single model ignores ensemble-only options)."""
         out = Settings.from_dict(base.to_dict())
-        if self.method == "single":
+        if is_one_model(self.method):
             out.drafter, out.weights, out.drafters, out.verifiers = None, {}, None, None
         if self.fusion:
             out.fusion = self.fusion
@@ -83,7 +84,7 @@ def parse_methods(text: str) -> list[MethodSpec]:
             name = item.split(":", 1)[1].strip()
             if not name:
                 raise EvaluationError("'single:' needs a model name, e.g. single:qwen.")
-            spec = MethodSpec(f"single:{name}", "single", model=name)
+            spec = MethodSpec(f"{SINGLE}:{name}", SINGLE, model=name)
         elif item.split("@", 1)[0].strip().lower() in ENSEMBLE_SPECS:
             base, at, members = item.partition("@")
             method, fusion = ENSEMBLE_SPECS[base.strip().lower()]
@@ -94,7 +95,7 @@ def parse_methods(text: str) -> list[MethodSpec]:
                 spec = MethodSpec(base.strip().lower(), method, fusion=fusion)
         else:
             shown = item if len(item) <= 40 else item[:37] + "..."
-            hint = " (a single model is written single:NAME)" if item in ("single", "safe") or ":" not in item else ""
+            hint = " (a single model is written single:NAME)" if item in METHODS or ":" not in item else ""
             raise EvaluationError(f"Unknown method {shown!r} in --methods{hint}. Methods: {SPEC_HELP}.")
         if spec.label in (s.label for s in specs):
             raise EvaluationError(f"--methods lists {spec.label!r} twice; list each method once.")

@@ -1,12 +1,15 @@
-"""Member backends: where each member's forward passes run.
+"""Members: where and how each member's forward passes run.
 
 A run's methods talk to every member through a :class:`~ensemble.adapter.ModelAdapter`: the text side
 (:class:`~ensemble.response.ResponseTokens`) always lives in the coordinating process, the model side (a
-*runtime* with ``rows``/``branch_scores``/``drop``) lives where the backend puts it:
+:class:`~.runtime.Runtime`: forward passes and KV cache, built by :func:`~.factory.new_runtime`) lives where the
+backend puts it:
 
-- :class:`LocalBackend`: in this process, one member after another (today's behaviour; for environments where
-  separate processes do not fit, such as a ZeroGPU Space).
-- :class:`~ensemble.members.ray_backend.RayBackend`: one Ray actor per member, on this machine or on the nodes
+- :mod:`.runtime`: the interface, :class:`~.runtime.ForwardStats` and a run's :class:`~.runtime.RunPolicy`;
+  :mod:`.transformers` and :mod:`.llamacpp`: the runtimes in this process; :mod:`.ray`: a member process's.
+- :class:`LocalBackend`: in this process, one member after another (for environments where separate processes do
+  not fit, such as a ZeroGPU Space; llama.cpp members at the same time in threads where that measured faster).
+- :class:`~ensemble.members.ray.RayBackend`: one Ray actor per member, on this machine or on the nodes
   of a Ray cluster, so members compute at the same time (:meth:`Backend.map` runs per-member work in threads
   that wait on the actors).
 
@@ -15,28 +18,36 @@ Both give token-for-token the same output (tested): the methods' decisions do no
 
 from __future__ import annotations
 
-from .base import (
+from .backends import (
     BACKEND_ENV,
     BACKENDS,
-    Backend,
-    LocalBackend,
     auto_backend,
     backend_from_env,
     close_backends,
     interrupt_on_sigterm,
     make_backend,
     parse_resources,
+    warm,
 )
+from .base import Backend
+from .factory import new_runtime
+from .local import LocalBackend
+from .runtime import ForwardStats, RunPolicy, Runtime
 
 __all__ = [
     "BACKENDS",
     "BACKEND_ENV",
     "Backend",
+    "ForwardStats",
     "LocalBackend",
+    "RunPolicy",
+    "Runtime",
     "auto_backend",
     "backend_from_env",
     "close_backends",
     "interrupt_on_sigterm",
     "make_backend",
+    "new_runtime",
     "parse_resources",
+    "warm",
 ]

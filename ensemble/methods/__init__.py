@@ -3,34 +3,20 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from ..adapter import ModelAdapter
 from ..errors import Cancelled, MemberDied
 from ..members import Backend
-from ..members.base import LOCAL
+from ..members.factory import new_runtime
+from ..members.local import LOCAL
 from ..models import LoadedModel
 from ..settings import Settings
 from ..trace import RunTrace, unique_labels
 from .base import RoundEvent, Run, StatusEvent, TokenEvent
-from .every_token import run_every_token
-from .safe import run_safe
-from .single import run_single
-from .specem import run_specem
+from .registry import REGISTRY, Method, method_class
 
-__all__ = ["RUNNERS", "EnsembleRun", "RoundEvent", "StatusEvent", "TokenEvent", "generate", "unique_names"]
-
-
-Runner = Callable[..., Iterator]
-"""A method's body: a generator over a :class:`Run` yielding events and returning the stop reason."""
-
-RUNNERS: dict[str, Runner] = {  # a new method is one entry here (and its name in settings.METHODS)
-    "single": lambda run, **_: run_single(run),
-    "unite": lambda run, **_: run_every_token(run, "unite"),
-    "gac": lambda run, **_: run_every_token(run, "gac"),
-    "safe": lambda run, **_: run_safe(run),
-    "specem": lambda run, recompute_context=False: run_specem(run, recompute_context=recompute_context),
-}
+__all__ = ["REGISTRY", "EnsembleRun", "Method", "RoundEvent", "StatusEvent", "TokenEvent", "generate", "method_class", "unique_names"]
 
 
 def unique_names(models: list[LoadedModel]) -> list[str]:
@@ -71,17 +57,17 @@ class EnsembleRun:
         settings = settings or Settings()
         names = unique_names(models)
         settings.validate(method, names, {n: m.keys.vocab_size for n, m in zip(names, models, strict=True)})
-        if method == "single":
+        self.kind = method_class(method)
+        if self.kind.capabilities.one_model:
             keep = names.index(settings.drafter) if settings.drafter else 0
             models, names = [models[keep]], [names[keep]]
         self.method = method
         self.recompute_context = recompute_context
         backend = backend or LOCAL
-        self.adapters = [ModelAdapter(m, n, backend.runtime(m, n)) for m, n in zip(models, names, strict=True)]
-        self.backend = backend.for_run([a.runtime for a in self.adapters], method)
-        self.run = Run(method, self.adapters, prompt, settings, cancel, self.backend, fork, kept, force)
+        self.adapters = [ModelAdapter(m, n, new_runtime(m, backend)) for m, n in zip(models, names, strict=True)]
+        self.backend = backend.for_run([a.runtime for a in self.adapters], self.kind.capabilities.members_at_once)
+        self.run = Run(self.kind, self.adapters, prompt, settings, cancel, self.backend, fork, kept, force)
         self.trace: RunTrace = self.run.trace
-        self.backend.assign(method, self.adapters, None if method == "specem" else self.run.lead)
 
     def withdraw(self, count: int) -> None:
         """After a Stop: keep the first ``count`` tokens, the ones its viewer showed at the click, and finish
@@ -95,7 +81,7 @@ class EnsembleRun:
         reason = "budget"
         try:
             try:
-                reason = yield from RUNNERS[self.method](run, recompute_context=self.recompute_context)
+                reason = yield from self.kind.steps(run, recompute_context=self.recompute_context)
             except Cancelled:
                 reason = "cancelled"
                 run.withdraw(run.released())  # records held back (a stop string might have cut them) never stream

@@ -6,6 +6,7 @@ import datetime as _dt
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -13,9 +14,14 @@ from ..adapter import ModelAdapter
 from ..dist import Dist, ProbsDist, summary_size
 from ..errors import Cancelled, InputError
 from ..keys import EOS_KEY, MAX_PROMPT_CHARS, display_key, replace_lone_surrogates
-from ..members.base import LOCAL, Backend
+from ..members.base import Backend
+from ..members.local import LOCAL
+from ..members.runtime import RunPolicy
 from ..settings import Settings
 from ..trace import Decision, Details, DrafterDetails, FusionRecord, RoundRecord, RunTrace, TokenRecord
+
+if TYPE_CHECKING:
+    from .registry import Method
 
 
 @dataclass
@@ -105,7 +111,7 @@ class Run:
 
     def __init__(
         self,
-        method: str,
+        kind: type[Method],
         adapters: list[ModelAdapter],
         prompt: str,
         settings: Settings,
@@ -115,7 +121,8 @@ class Run:
         kept: str = "",
         force: str = "",
     ):
-        self.method = method
+        method = kind.capabilities.name
+        self.kind, self.method = kind, method
         self.adapters = adapters
         self.backend = backend or LOCAL  # runs per-member work at the same time when members are processes
         self.settings = settings
@@ -124,8 +131,8 @@ class Run:
         self.prompt, warnings = clean_prompt(prompt)
         effective = settings.to_dict()
         effective["sharpen"] = settings.sharpen_for(method)
-        if method in ("unite", "gac"):
-            effective["fusion"] = method  # the every-token methods are their own fusion
+        if kind.capabilities.fusion:
+            effective["fusion"] = kind.capabilities.fusion  # the every-token methods are their own fusion
         self.trace = RunTrace(
             method=method,
             models=[a.name for a in adapters],
@@ -134,7 +141,7 @@ class Run:
             warnings=warnings,
             created=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             model_info={a.name: {"source": a.loaded.source, **a.loaded.info} for a in adapters},
-            drafter=None if method == "specem" else (settings.drafter or adapters[0].name),
+            drafter=(settings.drafter or adapters[0].name) if kind.capabilities.has_drafter else None,
             fork=fork,
         )
         self.stop_strings = (
@@ -148,12 +155,17 @@ class Run:
         self.stopped: str | None = None
         self.fusion_ms: list[float] = []
         self._trim_prompt()
-        for adapter in adapters:
+        lead = None if self.trace.drafter is None else self.lead
+        threads = self.backend.member_threads(kind.capabilities.leads_draft, adapters, lead)
+        for adapter, count in zip(adapters, threads, strict=True):
             adapter.reset_stats()
-            adapter.cancel = self.cancel
-            adapter.summary_size = summary_size(settings.top_k)
-            adapter.full_rows = reads_whole_rows(method, settings)
-            adapter.runtime.rows_kept = rows_read_later(method, settings, adapter.name == self.trace.drafter)
+            adapter.configure(RunPolicy(
+                cancel=self.cancel,
+                summary_size=summary_size(settings.top_k),
+                full_rows=kind.reads_whole_rows(settings),
+                rows_kept=kind.rows_kept(settings, adapter is lead),
+                threads=count,
+            ))
             adapter.start(self.prompt)
             if kept or force:  # a fork (ensemble.fork): the response so far is the run's kept text, tokenized afresh
                 adapter.sync(kept + force)  # a forced key is committed as text, every model re-syncs (as after a fused key)
@@ -371,24 +383,6 @@ class Run:
         stats.stop_reason = self.stopped or reason
         self.trace.error = error
         return self.trace
-
-
-def reads_whole_rows(method: str, settings: Settings) -> bool:
-    """Whether a run reads its members' whole rows (:mod:`ensemble.dist`): when it samples (a tempered, nucleus
-    filtered draw), and for GaC's geometric mean over the whole union vocabulary; every greedy run with the
-    default sharpening reads summaries."""
-    fusion = method if method in ("unite", "gac") else settings.fusion
-    sampled = settings.temperature > 0 or (method == "specem" and settings.sample_drafts)
-    return sampled or (method != "specem" and fusion == "gac" and settings.sharpen_for(method) == "geometric")
-
-
-def rows_read_later(method: str, settings: Settings, lead: bool) -> int:
-    """How many passes back a run may still ask a member about a row (:mod:`ensemble.dist`): SAFE decides a round's
-    draft (up to n + 4 passes) after its verification and after its drafter drafted the next round ahead (as many
-    again); a verifier's rows, and every other method's, are read in the round or step that computed them."""
-    if method == "safe" and lead:
-        return 2 * (settings.lookahead + 4) + 8
-    return 4
 
 
 def model_topk(adapter: ModelAdapter, dist: Dist, k: int = 5) -> list[list]:

@@ -4,7 +4,7 @@ ONE forward pass.
 The pass runs over [cached context | block 1 | block 2 | ...]; the position ids of every block restart right
 after the context, and a 4-D attention mask lets each block see the context and its own earlier tokens only.
 The pass itself (positions, the masks: one per layer type for models with sliding-window layers such as Gemma 3)
-runs where the model is: :meth:`ensemble.cached.CachedModel.branch_scores`, in this process or a member's.
+runs where the model is: :meth:`ensemble.members.runtime.Runtime.branch_scores`, in this process or a member's.
 """
 
 from __future__ import annotations

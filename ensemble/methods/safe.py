@@ -178,7 +178,7 @@ class Safe:
             [a.keys for a in self.order],
             fusion=settings.fusion,
             top_k=settings.top_k,
-            sharpen=settings.sharpen_for("safe"),
+            sharpen=settings.sharpen_for(run.method),
             lam=settings.sharpen_lambda,
             scope=settings.sharpen_scope,
             weights=settings.safe_weights(self.drafter.name),
@@ -387,7 +387,7 @@ class Safe:
     def accept_or_resample(self, fused, key: str, dist: Dist, p_draft: float) -> tuple[str, float]:
         """Paper App. H: accept the draft with probability min(1, P_ens / P_draft); on rejection sample from
         the residual max(0, P_ens - P_draft) over the fused candidates (speculative sampling). A sampled run
-        reads whole rows (:func:`~ensemble.methods.base.reads_whole_rows`)."""
+        reads whole rows (:meth:`~ensemble.methods.registry.Method.reads_whole_rows`)."""
         chooser, accept = self.chooser, min(1.0, fused.prob_of(key) / max(p_draft, 1e-12))
         if chooser.uniform() < accept:
             return key, round(accept, 4)

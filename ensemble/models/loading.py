@@ -45,40 +45,11 @@ class LoadedModel:
     _prompt_cache: dict = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def new_runtime(self):
-        """A fresh runtime for one run (its own KV cache): :class:`~ensemble.cached.CachedModel` or
-        :class:`~ensemble.llamacpp.LlamaCppModel`."""
-        if self.runtime == "llamacpp":
-            from ..llamacpp import LlamaCppModel
-
-            return LlamaCppModel(self.model)
-        from ..cached import CachedModel
-
-        return CachedModel(self.model, self.device)
-
     def template_head(self) -> list[int]:
         """The ids every templated prompt of this model starts with (the chat template's head: Qwen's system
         message, for one), found as what two prompts that differ from their first character share."""
         a, b = self.prompt_ids("x"), self.prompt_ids("7 y")
         return a[: common_prefix(a, b)]
-
-    def warm_context(self) -> int:
-        """On llama.cpp with the weights in this process: make the first run's context now and read the template
-        head into it (:mod:`ensemble.llamacpp` hands contexts from run to run, so the first run then starts
-        where every run starts). Returns the ids read; transformers and member processes: nothing to do, 0."""
-        if self.runtime != "llamacpp" or not self.has_weights:
-            return 0
-        from ..llamacpp import SHARED_PASS
-
-        head = self.template_head()
-        read = head if len(head) >= SHARED_PASS else []  # shorter heads are not reused (a short pass writes them)
-        runtime = self.new_runtime()
-        try:
-            if read:
-                runtime.rows(read, [len(read) - 1])
-        finally:
-            runtime.close()
-        return len(read)
 
     def prompt_ids(self, prompt: str) -> list[int]:
         """Token ids of the templated prompt (cached: the same prompt is common in benchmarks)."""
@@ -189,7 +160,7 @@ def load(
 ) -> LoadedModel:
     """Load a model by name (embedded key, hub id, preset or local folder; ``name@runtime`` picks its runtime).
 
-    ``runtime``: ``transformers``, ``llamacpp`` (the GGUF as shipped, :mod:`ensemble.llamacpp`) or ``auto``
+    ``runtime``: ``transformers``, ``llamacpp`` (the GGUF as shipped, :mod:`ensemble.members.llamacpp`) or ``auto``
     (:func:`~ensemble.models.runtimes.pick_runtime`); a ``@runtime`` in the name wins. ``weights=False`` reads the
     tokenizer and the config only and builds the model on the meta device (no memory, no weights read): what a
     coordinator needs when the members compute in their own processes (a 70B member's weights live only on its
@@ -319,9 +290,9 @@ def _gguf_source(spec: ModelSpec, progress: Progress) -> tuple[Path, object, Sou
 
 
 def _load_llamacpp(spec: ModelSpec, name: str, device: str, dtype: str, progress: Progress, weights: bool) -> LoadedModel:
-    """A GGUF on llama.cpp (:mod:`ensemble.llamacpp`): no de-quantization; tokenizer, key table and template from
+    """A GGUF on llama.cpp (:mod:`.gguf`; computed by :mod:`ensemble.members.llamacpp`): no de-quantization; tokenizer, key table and template from
     the transformers tokenizer of the same GGUF, whose ids are checked against llama.cpp's at load."""
-    from ..llamacpp import GGUFWeights, check_tokenizer, lib
+    from .gguf import GGUFWeights, check_tokenizer, lib
 
     if (device or "cpu").strip() not in ("cpu", "auto"):
         raise ModelLoadError(f"The llama.cpp runtime here computes on the CPU; for device {device!r} use --runtime transformers.")

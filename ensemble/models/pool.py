@@ -34,6 +34,10 @@ class ModelPool:
     loaded weights exceed it, the least recently used models are dropped (a run that still holds one keeps it
     until it ends). The models of one :meth:`get_many` call are never evicted by each other, so the budget
     should hold the largest ensemble; the three embedded models take about 2.1 GB in bfloat16, 4.1 GB in float32.
+
+    The pool holds weights only: where members compute is the caller's choice (:mod:`ensemble.members`). With
+    ``weights=False`` it loads tokenizers and configs only (a process backend loads the weights in its member
+    processes).
     """
 
     def __init__(
@@ -41,20 +45,14 @@ class ModelPool:
         device: str = "cpu",
         dtype: str = "auto",
         max_gb: float | None = None,
-        backend=None,
-        weights: bool | None = None,
+        weights: bool = True,
         runtime: str | None = None,
     ):
-        from ..members import make_backend
-
         self.device, self.dtype = device, check_dtype(dtype)
         # transformers | llamacpp | auto (per model, models/runtimes.py); a name's own "@runtime" wins
         self.runtime = check_runtime(runtime)
-        # where members compute: "local" (this process), "ray" (one actor per model), or a Backend
-        self.backend = make_backend(backend, device=device) if backend is None or isinstance(backend, str) else backend
-        # On a process backend this process needs only tokenizers and configs (weights=False): the weights load
-        # in the member processes. weights=True keeps them here too (a single-model baseline run in process).
-        self.weights = not self.backend.remote if weights is None else weights
+        # False: tokenizers and configs only, the weights load in member processes (a process backend's pool)
+        self.weights = weights
         if max_gb is None:
             max_gb = float(os.environ.get(POOL_GB) or DEFAULT_POOL_GB)
         self.max_bytes = int(max_gb * 1e9) if max_gb > 0 else None
@@ -105,29 +103,19 @@ class ModelPool:
                 self._sizes.pop(key, None)
 
     def warm(self, names: list[str]) -> list[str]:
-        """Load these models and start their member processes (on a process backend) before any run, and give each
-        llama.cpp model (here or in its member process) a context holding its template head (``LoadedModel.warm_context``); returns what
-        could not be done, one message each, instead of raising (a server keeps serving)."""
+        """Load these models before any run; returns what could not be loaded, one message each, instead of raising
+        (a server keeps serving) and remembers it in :attr:`unavailable`. Members get ready with
+        :func:`ensemble.members.warm`, which calls this."""
         from ..errors import EnsembleError
 
-        ready, problems = [], []
+        problems = []
         for name in names:
             try:
-                ready.append(self.get(name))
+                self.get(name)
                 self.unavailable.pop(name, None)
             except EnsembleError as exc:
                 self.unavailable[name] = str(exc)
                 problems.append(f"{name} is not available: {exc}")
-        try:
-            self.backend.prepare(ready)
-        except EnsembleError as exc:
-            problems.append(f"member processes did not start: {exc}")
-        if not self.backend.remote:  # in process: each llama.cpp model's first context, its template head read
-            for model in ready:
-                try:
-                    model.warm_context()
-                except EnsembleError as exc:
-                    problems.append(f"{model.name}: its first context could not be prepared: {exc}")
         return problems
 
     def get_many(self, names: list[str], progress: Progress | None = None) -> list[LoadedModel]:

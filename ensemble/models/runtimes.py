@@ -1,5 +1,5 @@
 """Which runtime computes a model's forward passes: transformers (any model, any device) or llama.cpp (GGUF files
-on the CPU, :mod:`ensemble.llamacpp`), and what ``auto`` picks.
+on the CPU, :mod:`ensemble.members.llamacpp`), and what ``auto`` picks.
 
 A model name may carry its runtime (``qwen@llamacpp``); otherwise the run's runtime setting (``--runtime``,
 ``ENSEMBLE_LENS_RUNTIME``, ``ModelPool(runtime=...)``) applies, and ``auto`` resolves per model here.

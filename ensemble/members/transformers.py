@@ -1,6 +1,7 @@
-"""A model's forward passes over a sequence of ids, reusing the KV cache of the longest prefix it shares.
+"""The transformers runtime: a model's forward passes over a sequence of ids, reusing the KV cache of the longest
+prefix it shares.
 
-:class:`CachedModel` knows nothing about text: it is asked for the logits at some positions of an id sequence
+:class:`CachedModel` (a :class:`~ensemble.members.runtime.Runtime`) knows nothing about text: it is asked for the logits at some positions of an id sequence
 (``rows``) and computes only what its cache does not already hold, after cropping the cache back to the
 longest prefix shared with that sequence (``DynamicCache.crop``). This is the runtime side of a member; the
 text side is :class:`ensemble.response.ResponseTokens`.
@@ -8,28 +9,17 @@ text side is :class:`ensemble.response.ResponseTokens`.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
 
-from .errors import Cancelled
-from .response import common_prefix
+from ..response import common_prefix
+from .runtime import ForwardStats, Runtime
 
 
-@dataclass
-class ForwardStats:
-    passes: int = 0
-    tokens: int = 0
-    seconds: float = 0.0
-    bytes: int = 0  # sent to and received from a member process (0 in process)
-    row_bytes: int = 0  # the whole float32 rows of the distributions a member answered about (what they would take)
-
-
-class CachedModel:
+class CachedModel(Runtime):
     """Forward passes of one transformers model with a KV cache that follows the ids it is asked about.
 
     Args:
@@ -41,26 +31,25 @@ class CachedModel:
         self.model = model
         self.device = torch.device(device)
         self.stats = ForwardStats()
-        self.cancel: threading.Event | None = None  # set by the run: checked before every forward pass
         self.drop()
+
+    @property
+    def cache_ids(self) -> list[int]:
+        return self._ids
 
     def drop(self) -> None:
         """Forget the KV cache."""
         self.cache = DynamicCache()
-        self.cache_ids: list[int] = []  # exactly the ids whose keys and values are in the cache
+        self._ids: list[int] = []  # exactly the ids whose keys and values are in the cache
         self._last_logits: torch.Tensor | None = None  # logits after cache_ids[-1]
 
     def close(self) -> None:
         self.drop()
 
-    def check_cancel(self) -> None:
-        if self.cancel is not None and self.cancel.is_set():
-            raise Cancelled("Stopped by the user.")
-
-    def _crop(self, keep: int) -> None:
-        if keep < len(self.cache_ids):
-            self.cache.crop(keep - len(self.cache_ids))
-            del self.cache_ids[keep:]
+    def crop(self, keep: int) -> None:
+        if keep < len(self._ids):
+            self.cache.crop(keep - len(self._ids))
+            del self._ids[keep:]
             self._last_logits = None
 
     @torch.inference_mode()
@@ -77,7 +66,7 @@ class CachedModel:
             return self._last_logits[None]
         self.check_cancel()
         start = min(common_prefix(self.cache_ids, ids), positions[0], last)
-        self._crop(start)
+        self.crop(start)
         new = ids[start:]
         keep = [p - start for p in positions]
         if keep == list(range(len(new) - len(keep), len(new))):

@@ -1,13 +1,8 @@
-"""Members on llama.cpp: the embedded GGUF files computed as shipped (Q4), through ``llama-cpp-python``'s C API.
+"""The llama.cpp runtime: the embedded GGUF files computed as shipped (Q4), through ``llama-cpp-python``'s C API.
 
-Two classes, the same split as the transformers side:
-
-- :class:`GGUFWeights` — a GGUF loaded once per process (``llama_model``), shared by every run; it also
-  tokenizes with llama.cpp's own tokenizer, which :func:`check_tokenizer` compares with the transformers
-  tokenizer of the same GGUF at load (key tables, templates and alignment stay on the transformers side).
-- :class:`LlamaCppModel` — one run's runtime: a ``llama_context`` (its KV cache) with the interface of
-  :class:`ensemble.cached.CachedModel` (``rows``, ``branch_scores``, ``drop``, ``close``, ``stats``,
-  ``cancel``). It is handed all ids, keeps the longest prefix its KV cache holds
+The same split as the transformers side: the weights are :class:`ensemble.models.gguf.GGUFWeights` (a GGUF loaded
+once per process, shared by every run); :class:`LlamaCppModel` is one run's
+:class:`~ensemble.members.runtime.Runtime`, a ``llama_context`` (its KV cache). It is handed all ids, keeps the longest prefix its KV cache holds
   (``llama_memory_seq_rm`` drops the rest) and evaluates only the new ids, asking llama.cpp for logits only
   at the wanted positions (the output layer is most of a small model's cost: 262k rows for Gemma).
 
@@ -24,7 +19,7 @@ is evaluated in one batch with its own sequence id and positions restarting afte
 per-sequence causal mask keeps the blocks apart — the 4-D mask of the transformers side, without building it.
 
 ctypes releases the GIL for the duration of every C call, so members on this runtime compute at the same time
-in threads of one process (``ensemble.members.base.ThreadBackend``); each context's thread count is its own.
+in threads of one process (``ensemble.members.local.ThreadBackend``); each context's thread count is its own.
 
 llama.cpp's CPU kernels run on OpenMP, and the OpenMP runtime is the one torch loaded first (``libgomp.so.1``),
 initialised from the environment the process started with. Nothing here sets ``OMP_WAIT_POLICY``: an earlier
@@ -32,29 +27,25 @@ version set it to ``PASSIVE`` before loading llama.cpp, which did nothing in a p
 and reached Ray's member processes only by accident, through the coordinator's environment. OpenMP's default (spin
 a while at each barrier) is the fastest for a process with its cores to itself (qwen's decoding step 31 ms on two
 threads, 49 ms with ``PASSIVE``); members sharing one machine get ``PASSIVE`` on purpose
-(``ensemble.members.ray_backend.SHARED_CORES_ENV``). A user's own setting is left as it is everywhere.
+(``ensemble.members.ray.backend.SHARED_CORES_ENV``). A user's own setting is left as it is everywhere.
 """
+
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 import time
 from collections.abc import Sequence
-from functools import cache
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from .cached import ForwardStats
-from .errors import Cancelled, EnsembleError, LlamaCppMissing, ModelLoadError
-from .response import common_prefix
+from ..errors import EnsembleError, ModelLoadError
+from ..models.gguf import GGUFWeights, lib
+from ..response import common_prefix
+from .runtime import ForwardStats, Runtime
 
-LLAMA_CPP_VERSION = "0.3.36"
-MAX_CONTEXT = 8192
-"""Context cells per run (a run's prompt is at most 2048 tokens by default and its budget at most 4096)."""
 MAX_BLOCKS = 15
 """Draft blocks one verify-in-line pass can hold (one llama.cpp sequence each, after the context's)."""
 SHARED_PASS = 16
@@ -62,149 +53,13 @@ SHARED_PASS = 16
 this many: llama.cpp's CPU kernels give a row the same bits in any pass of 8 or more tokens, but other bits in
 passes of 1-7 (measured on qwen and gemma3, up to 0.71 logits apart; smollm2's Q4_1 the same in all), so twice
 that is used (``tests/test_llamacpp.py`` checks the equality)."""
-IDLE_CONTEXTS = 2
-"""Contexts a GGUF keeps for later runs when a run ends (:class:`GGUFWeights` ``idle``): each holds a KV buffer of
-``MAX_CONTEXT`` cells (qwen 100 MB, smollm2 190 MB, gemma3 150 MB)."""
-
-
-@cache
-def lib():
-    """The ``llama_cpp`` module, initialised once (its log output silenced unless ENSEMBLE_LENS_LLAMA_LOG=1)."""
-    try:
-        import llama_cpp
-    except ImportError as exc:
-        raise LlamaCppMissing(
-            f"The llama.cpp runtime needs llama-cpp-python=={LLAMA_CPP_VERSION} (make deps builds it once into "
-            "~/.cache/ensemble-lens-wheels): pip install llama-cpp-python==" + LLAMA_CPP_VERSION
-        ) from exc
-    llama_cpp.llama_backend_init()
-    if os.environ.get("ENSEMBLE_LENS_LLAMA_LOG") != "1":
-        _callbacks.append(llama_cpp.llama_log_callback(_quiet))
-        llama_cpp.llama_log_set(_callbacks[-1], ctypes.c_void_p(0))
-    return llama_cpp
-
-
-def _quiet(level, text, user_data):  # llama.cpp's log callback: drop everything
-    return None
-
-
-_callbacks: list = []  # ctypes callbacks handed to llama.cpp live as long as the process
-
 
 def default_threads() -> int:
-    """Threads of a member context unless its role sets them (``ThreadBackend.assign``): the machine's cores, as a
+    """Threads of a member context unless its role sets them (``ThreadBackend.member_threads``): the machine's cores, as a
     member that computes alone (members taking turns, a drafter drafting) is fastest with all of them (measured in
     docs/results.md "Members on llama.cpp"); ``ENSEMBLE_LENS_LLAMA_THREADS`` overrides it."""
     value = os.environ.get("ENSEMBLE_LENS_LLAMA_THREADS", "")
     return max(1, int(value)) if value.isdigit() else max(1, os.cpu_count() or 1)
-
-
-class GGUFWeights:
-    """A GGUF file loaded by llama.cpp, shared by every run of this process.
-
-    Args:
-        path: the ``.gguf`` file.
-        name: the model's name, for messages.
-    """
-
-    def __init__(self, path: str | Path, name: str = "model"):
-        ll = lib()
-        self.path, self.name = str(path), name
-        params = ll.llama_model_default_params()
-        params.use_mmap = True
-        # No extra buffer types (AMX, repacked weights): a build with llama.cpp's AMX kernels (any -march=native build
-        # on an AMX CPU) crashed in its first decode here (SIGSEGV in ggml_backend_amx_mul_mat), and in the build
-        # `make deps` makes (AMX left out) repacking measured no faster: qwen 24.5 vs 23.0 tok/s decoding, the same
-        # prompt speed. Every kernel is then the plain CPU one, whoever built the wheel.
-        params.use_extra_bufts = False
-        self.ptr = ll.llama_model_load_from_file(self.path.encode(), params)
-        if not self.ptr:
-            raise ModelLoadError(f"llama.cpp could not load {name!r} from {self.path}.")
-        self.vocab = ll.llama_model_get_vocab(self.ptr)
-        self.n_vocab = int(ll.llama_vocab_n_tokens(self.vocab))
-        self.n_ctx_train = int(ll.llama_model_n_ctx_train(self.ptr))
-        self.n_params = int(ll.llama_model_n_params(self.ptr))
-        self.size_bytes = int(ll.llama_model_size(self.ptr))
-        self.context_limit = min(self.n_ctx_train or MAX_CONTEXT, MAX_CONTEXT)
-        self.idle: list[_Context] = []  # contexts of ended runs, the most recent last (LlamaCppModel takes them)
-        self._idle_lock = threading.Lock()
-
-    def take_context(self) -> _Context | None:
-        """The most recently ended run's context with its KV cells, or None (the caller makes one)."""
-        with self._idle_lock:
-            return self.idle.pop() if self.idle else None
-
-    def keep_context(self, context: _Context) -> None:
-        """Keep an ended run's context for the next run (the oldest beyond ``IDLE_CONTEXTS`` is freed)."""
-        with self._idle_lock:
-            self.idle.append(context)
-            extra = self.idle[:-IDLE_CONTEXTS]
-            del self.idle[:-IDLE_CONTEXTS]
-        for old in extra:
-            old.free()
-
-    def free_idle(self) -> None:
-        """Free every kept context (their memory; the next run makes a fresh one)."""
-        with self._idle_lock:
-            idle, self.idle = self.idle, []
-        for context in idle:
-            context.free()
-
-    def tokenize(self, text: str, special: bool = False) -> list[int]:
-        """llama.cpp's own token ids of ``text`` (no BOS; special tokens parsed only when asked)."""
-        ll = lib()
-        data = text.encode("utf-8", "surrogatepass")
-        room = len(data) + 8
-        buf = (ll.llama_token * room)()
-        n = ll.llama_tokenize(self.vocab, data, len(data), buf, room, False, special)
-        if n < 0:  # cannot happen (a token has at least one byte), but the API allows it
-            room = -n
-            buf = (ll.llama_token * room)()
-            n = ll.llama_tokenize(self.vocab, data, len(data), buf, room, False, special)
-        return list(buf[:n])
-
-    def close(self) -> None:
-        if getattr(self, "ptr", None):
-            self.free_idle()
-            lib().llama_model_free(self.ptr)
-            self.ptr = None
-
-    def __del__(self):
-        try:  # noqa: SIM105 - at interpreter shutdown even the contextlib module may be gone
-            self.close()
-        except Exception:  # noqa: BLE001 - the library may be unloaded already: nothing left to free
-            pass
-
-    # A model handle cannot be pickled; a Ray member loads the GGUF by path in its own process instead.
-    def __reduce__(self):
-        return (GGUFWeights, (self.path, self.name))
-
-
-TOKENIZER_PROBES = (
-    "Sofia went to Plovdiv in 1999.",
-    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May.",
-    "def f(x):\n    return x**2  # square\n\n\tprint(f(3))",
-    "  leading spaces,   runs of spaces\n\n\nand newlines \r\n",
-    "東京は日本の首都です。北京是中国的首都。",
-    "emoji 🙂👍🏽 and accents: café naïve Ångström",
-    "$12.50 + 3.75 = 16.25; 1,234,567 × 8 ÷ 2",
-    "<think> not a tag </think> [INST] <|im_start|>",
-)
-"""Texts whose ids the two tokenizers must agree on: names, numbers, code, whitespace, CJK, emoji, markup."""
-
-
-def check_tokenizer(weights: GGUFWeights, tokenizer, name: str) -> None:
-    """Raise :class:`ModelLoadError` unless llama.cpp and transformers tokenize the probes to the same ids."""
-    for text in TOKENIZER_PROBES:
-        ours = tokenizer(text, add_special_tokens=False)["input_ids"]
-        theirs = weights.tokenize(text, special=True)  # transformers matches special tokens in text too
-        if ours != theirs:
-            at = common_prefix(ours, theirs)
-            raise ModelLoadError(
-                f"Model {name!r}: llama.cpp and transformers tokenize {text[:40]!r} differently (from token {at}: "
-                f"{ours[at:at + 4]} vs {theirs[at:at + 4]}); the llama.cpp runtime needs identical ids. "
-                "Use --runtime transformers for this model."
-            )
 
 
 class _Context:
@@ -261,7 +116,7 @@ class _Context:
         self.ids, self.exact = [], 0
 
 
-class LlamaCppModel:
+class LlamaCppModel(Runtime):
     """One run's forward passes on llama.cpp: a context whose KV cache follows the ids it is asked about.
 
     Args:
@@ -278,7 +133,6 @@ class LlamaCppModel:
         self.weights = weights
         self.device = torch.device("cpu")
         self.stats = ForwardStats()
-        self.cancel: threading.Event | None = None
         self.n_ctx = weights.context_limit
         self._threads = threads or default_threads()
         context = weights.take_context()
@@ -348,11 +202,7 @@ class LlamaCppModel:
         except Exception:  # noqa: BLE001 - the library may be unloaded already: nothing left to free
             pass
 
-    def check_cancel(self) -> None:
-        if self.cancel is not None and self.cancel.is_set():
-            raise Cancelled("Stopped by the user.")
-
-    def _crop(self, keep: int) -> None:
+    def crop(self, keep: int) -> None:
         c = self._c
         if keep < len(c.ids):
             lib().llama_memory_seq_rm(c.mem, 0, keep, -1)
@@ -405,7 +255,7 @@ class LlamaCppModel:
         if self._recycled:  # another run's cells: only batch-written ones, and a pass a fresh context would batch too
             start = min(start, c.reusable(), max(0, len(ids) - SHARED_PASS))
             self._recycled = False
-        self._crop(start)
+        self.crop(start)
         wanted = set(positions)
         new = ids[start:]
         self._decode([(t, start + i, 0, start + i in wanted) for i, t in enumerate(new)])
@@ -418,7 +268,7 @@ class LlamaCppModel:
     def branch_scores(self, ctx: int, blocks: list[list[int]], targets: list[int]) -> torch.Tensor:
         """Verify-in-line (SpecEM §3.2) over the cached context of ``ctx`` ids: every block in one batch, one
         sequence each, and for each block token the log-probability and raw logit of its ``targets`` entry
-        (``[2, tokens]``, as :meth:`ensemble.cached.CachedModel.branch_scores`). The cache keeps the context."""
+        (``[2, tokens]``, as :meth:`ensemble.members.transformers.CachedModel.branch_scores`). The cache keeps the context."""
         with self._busy:
             return self._branch_scores(ctx, blocks, targets)
 
@@ -444,3 +294,20 @@ class LlamaCppModel:
         raw = logits.gather(1, index)[:, 0]
         logp = torch.log_softmax(logits, dim=-1).gather(1, index)[:, 0]
         return torch.stack([logp, raw])
+
+
+def warm_context(loaded) -> int:
+    """On llama.cpp with the weights in this process: make the first run's context now and read the template head
+    into it (contexts are handed from run to run, so the first run then starts where every run starts). Returns the
+    ids read; transformers models and weightless skeletons: nothing to do, 0."""
+    if loaded.runtime != "llamacpp" or not loaded.has_weights:
+        return 0
+    head = loaded.template_head()
+    read = head if len(head) >= SHARED_PASS else []  # shorter heads are not reused (a short pass writes them)
+    runtime = LlamaCppModel(loaded.model)
+    try:
+        if read:
+            runtime.rows(read, [len(read) - 1])
+    finally:
+        runtime.close()
+    return len(read)

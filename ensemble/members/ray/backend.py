@@ -4,7 +4,7 @@ Locally ``ray.init()`` starts a one-node cluster (one process per member on this
 (``ray.init(address="ray://head:10001")`` or ``auto``) the actors go to the cluster's nodes, placed by the
 resources asked for each member (``num_gpus``, a custom resource per host). The coordinator keeps every
 member's text side (tokens, spans, re-sync) and sends an actor only ids and positions; the actor
-(:class:`~ensemble.members.ray_actor.MemberActor`, the member's side) answers with row summaries, the numbers of
+(:class:`~ensemble.members.ray.actor.MemberActor`, the member's side) answers with row summaries, the numbers of
 the ids asked for or, for sampled runs, whole rows, and what the pass cost. This module is the coordinator's side.
 
 One actor serves every run that uses its model: each run is a *session* with its own KV cache, so two app
@@ -27,12 +27,12 @@ from pathlib import Path
 
 import torch
 
-from ..cached import ForwardStats
-from ..dist import FullDist, SizedDist
-from ..errors import Cancelled, EnsembleError, MemberDied
-from ..response import common_prefix
-from .base import Backend, Pooled, role_threads
-from .ray_actor import MemberActor, _prefix_check
+from ...dist import FullDist, SizedDist
+from ...errors import Cancelled, EnsembleError, MemberDied
+from ...response import common_prefix
+from ..base import Backend, Pooled, role_threads
+from ..runtime import ForwardStats, Runtime
+from .actor import MemberActor, _prefix_check
 
 WAIT_STEP_S = 0.05
 """How often a waiting coordinator thread checks the run's Stop flag while an actor computes."""
@@ -60,26 +60,30 @@ class _Member:
         self.dead = False
 
 
-class RemoteModel:
-    """The runtime interface of :class:`CachedModel` (``rows``, ``branch_scores``, ``drop``, ``stats``,
-    ``cancel``) over an actor session, plus what keeps messages small: ``dists`` (row summaries, other ids on
-    request), ``draft_greedy`` (a whole greedy draft in one call). It mirrors the ids the actor's cache holds, so
-    each call sends only the new ids, and a repeated question (the row after the ids just computed) is answered
-    without a round trip, exactly where the in-process cache answers without a forward pass."""
+class RemoteModel(Runtime):
+    """The :class:`~ensemble.members.runtime.Runtime` of a member process: an actor session, with what keeps
+    messages small: ``dists`` (row summaries, other ids on request), ``draft_greedy`` (a whole greedy draft in one
+    call). It mirrors the ids the actor's cache holds, so each call sends only the new ids, and a repeated question
+    (the row after the ids just computed) is answered without a round trip, exactly where the in-process cache
+    answers without a forward pass. Its passes' threads are its policy's (None: the actor's own)."""
+
+    remote = True
 
     def __init__(self, backend: RayBackend, member: _Member):
         self.backend, self.member = backend, member
         self.session = uuid.uuid4().hex
         self.device = torch.device("cpu")
         self.stats = ForwardStats()
-        self.cancel: threading.Event | None = None
-        self.cache_ids: list[int] = []  # the ids the actor's cache holds
+        self._ids: list[int] = []  # the ids the actor's cache holds
         self._last: tuple | None = None  # (ids, the Dist or row after them)
-        self.threads: int | None = None  # threads for this session's passes (None: the actor's own)
-        self.rows_kept = 16  # passes whose rows the member keeps for later questions (the run sets it)
+
+    @property
+    def cache_ids(self) -> list[int]:
+        return self._ids
 
     def check_cancel(self) -> None:
-        if self.cancel is not None and self.cancel.is_set():
+        cancel = self.policy.cancel
+        if cancel is not None and cancel.is_set():
             if not self.member.dead:
                 with contextlib.suppress(Exception):  # stop the actor's multi-pass call after its current pass
                     self.member.actor.cancel.remote(self.session)
@@ -131,10 +135,10 @@ class RemoteModel:
         last = len(ids) - 1
         if positions == [last] and self._last is not None and self._last[0] == ids and (size is None) == self._last[2]:
             return [self._last[1]]
-        how = None if size is None else (size, self.rows_kept)
+        how = None if size is None else (size, self.policy.rows_kept)
         payload, handle, cost = self._call("rows", *self._delta(ids), positions, self.threads, how)
         self._count(cost)
-        self.cache_ids = ids
+        self._ids = ids
         if size is None:
             out = [torch.from_numpy(r.copy()) for r in payload]
             self.stats.row_bytes += sum(r.nbytes for r in payload)
@@ -148,22 +152,24 @@ class RemoteModel:
         """Whole rows (sampled runs; tests)."""
         return torch.stack(self._ask(list(ids), list(positions), None))
 
-    def dists(self, ids, positions, size: int, full: bool = False) -> list:
-        """The distributions after ``positions`` of ``ids``: summaries (``full``: whole rows, read in process)."""
-        if full:
+    def dists(self, ids, positions) -> list:
+        """The distributions after ``positions`` of ``ids``: summaries (the policy's ``full_rows``: whole rows,
+        read in process)."""
+        size = self.policy.summary_size
+        if self.policy.full_rows:
             return [FullDist(r, size) for r in self._ask(list(ids), list(positions), None)]
         return self._ask(list(ids), list(positions), size)
 
-    def draft_greedy(self, ids: list[int], n: int, stop: set[int], size: int) -> list[tuple[int, SizedDist]]:
+    def draft_greedy(self, ids: list[int], n: int, stop: set[int]) -> list[tuple[int, SizedDist]]:
         """Up to ``n`` greedy tokens after ``ids`` drafted in the member in one call, each with its distribution;
         a token of ``stop`` ends the draft (returned, not appended)."""
-        ids = list(ids)
-        tokens, summaries, handles, cost = self._call("draft", *self._delta(ids), n, sorted(stop), self.threads, (size, self.rows_kept))
+        ids, size = list(ids), self.policy.summary_size
+        tokens, summaries, handles, cost = self._call("draft", *self._delta(ids), n, sorted(stop), self.threads, (size, self.policy.rows_kept))
         self._count(cost)
         self.stats.row_bytes += sum(4 * summary.vocab for summary in summaries)
         dists = [self._sized(summary, h, 0, size) for summary, h in zip(summaries, handles, strict=True)]
-        self.cache_ids = ids + tokens[:-1]
-        self._last = (self.cache_ids, dists[-1], False) if tokens else None
+        self._ids = ids + tokens[:-1]
+        self._last = (self._ids, dists[-1], False) if tokens else None
         return list(zip(tokens, dists, strict=True))
 
     def branch_scores(self, ctx: int, blocks: list[list[int]], targets: list[int]) -> torch.Tensor:
@@ -171,8 +177,13 @@ class RemoteModel:
         self._count(cost)
         return torch.from_numpy(array.copy())
 
+    def crop(self, keep: int) -> None:
+        """Keep the first ``keep`` ids: the next call tells the actor to cut its cache back there."""
+        if keep < len(self._ids):
+            self._ids, self._last = self._ids[:keep], None
+
     def drop(self) -> None:
-        self.cache_ids, self._last = [], None
+        self._ids, self._last = [], None
         if not self.member.dead:
             self.member.actor.drop.remote(self.session)
 
@@ -226,7 +237,7 @@ class RayBackend(Pooled, Backend):
             return
         # Workers import this package from where the coordinator has it (a cluster's nodes need it at the same
         # path, e.g. a shared folder, or installed: docs/distributed.md).
-        root = str(Path(__file__).resolve().parents[2])
+        root = str(Path(__file__).resolve().parents[3])
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
         env = {"PYTHONPATH": path}
         if not self.address:  # members share this machine's cores
@@ -255,7 +266,7 @@ class RayBackend(Pooled, Backend):
 
     def _threads(self) -> int | None:
         """Threads an actor starts with: as asked; on a cluster its node's default (None); on this machine a share
-        of its cores (each run then sets them by the members' roles, :meth:`assign`)."""
+        of its cores (each run then sets them by the members' roles, :meth:`member_threads`)."""
         if self.threads or self.address:
             return self.threads
         return max(1, (os.cpu_count() or 1) // 3)
@@ -280,17 +291,15 @@ class RayBackend(Pooled, Backend):
             found = self._members[key] = _Member(actor, info, loaded.name)
             return found
 
-    def assign(self, method: str, adapters: list, lead) -> None:
+    def member_threads(self, leads_draft: bool, adapters: list, lead) -> list[int | None]:
         """On this machine the members' threads follow their roles (:func:`~ensemble.members.base.role_threads`:
         SAFE's drafter every core, the others a share); ``--member-threads`` fixes them, and on a cluster each member
-        keeps its own node's."""
+        keeps its own node's (None: the actor's own)."""
         if self.threads or self.address:
-            return
-        for adapter, threads in zip(adapters, role_threads(method, adapters, lead), strict=True):
-            if isinstance(adapter.runtime, RemoteModel):
-                adapter.runtime.threads = threads
+            return [None] * len(adapters)
+        return [t if a.runtime.remote else None for a, t in zip(adapters, role_threads(leads_draft, adapters, lead), strict=True)]
 
-    def prepare(self, models: list) -> None:
+    def prepare(self, models: list) -> list[str]:
         """Start the members' processes now, at the same time (each loads its model and, on llama.cpp, reads its
         template head into its first context), not at the first run."""
         import ray
@@ -300,8 +309,9 @@ class RayBackend(Pooled, Backend):
             ray.get([m.actor.warm.remote() for m in started])
         except ray.exceptions.RayError as exc:
             raise EnsembleError(f"A member could not prepare its first context: {exc}") from exc
+        return []
 
-    def runtime(self, loaded, name: str) -> RemoteModel:
+    def session(self, loaded) -> RemoteModel:
         return RemoteModel(self, self.member(loaded))
 
     def member_info(self) -> dict[str, dict]:

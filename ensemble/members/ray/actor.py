@@ -1,9 +1,9 @@
 """The member side of the Ray backend: what runs inside a member's process (one Ray actor per model).
 
 A :class:`MemberActor` owns one loaded model and a *session* per run (its own KV cache and the rows of its latest
-passes), answers the coordinator's calls (:class:`~ensemble.members.ray_backend.RemoteModel`) with row summaries,
+passes), answers the coordinator's calls (:class:`~ensemble.members.ray.backend.RemoteModel`) with row summaries,
 the numbers of given ids, whole rows or greedy drafts, and stops a session's multi-pass call when its run is
-stopped. It needs Ray only to name its node; :func:`~ensemble.members.ray_backend._actor_class` makes it an actor.
+stopped. It needs Ray only to name its node; :func:`~ensemble.members.ray.backend._actor_class` makes it an actor.
 """
 
 from __future__ import annotations
@@ -12,13 +12,15 @@ import os
 import threading
 import zlib
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from ..cached import CachedModel, ForwardStats
-from ..dist import RowMath
-from ..errors import Cancelled, EnsembleError
+from ...dist import RowMath
+from ...errors import Cancelled, EnsembleError
+from ..factory import new_runtime
+from ..runtime import ForwardStats, RunPolicy
 
 KEEP_BYTES = 1 << 30
 """A session keeps the rows of the passes its run may still ask about (the run says how many: ``rows_kept``), and
@@ -30,6 +32,15 @@ def _prefix_check(ids: list[int], keep: int) -> int:
     return zlib.crc32(np.asarray(ids[:keep], dtype=np.int64).tobytes())
 
 
+@dataclass(frozen=True)
+class InMemory:
+    """A transformers model handed to the member as an object (tests' small models), as :func:`new_runtime` reads it."""
+
+    model: object
+    device: str
+    runtime: str = "transformers"
+
+
 class _Session:
     """One run's state in a member: its runtime (KV cache) and the rows of its latest passes, by handle."""
 
@@ -37,7 +48,7 @@ class _Session:
         self.model = model
         self.cancel = threading.Event()
         self.stopped_at: int | None = None  # passes when a Stop arrived
-        model.cancel = self.cancel
+        model.configure(RunPolicy(cancel=self.cancel))
         self.kept: OrderedDict[int, list[RowMath]] = OrderedDict()
         self.bytes = 0
         self.handles = 0
@@ -80,15 +91,16 @@ class MemberActor:
             torch.set_num_threads(threads)
         self.default_threads = torch.get_num_threads()
         if how["kind"] == "load":
-            from ..models import load, quiet_progress
+            from ...models import load, quiet_progress
+            from ..llamacpp import warm_context
 
             loaded = load(how["name"], how["device"], how["dtype"], quiet_progress, runtime=how.get("runtime"))
-            self._new = loaded.new_runtime
-            self._warm = loaded.warm_context
+            self._new = lambda: new_runtime(loaded)
+            self._warm = lambda: warm_context(loaded)
         else:
-            model, device = how["model"], how["device"]
-            model.eval()
-            self._new = lambda: CachedModel(model, device)
+            weights = InMemory(how["model"], how["device"])
+            weights.model.eval()
+            self._new = lambda: new_runtime(weights)
             self._warm = lambda: 0
         self.sessions: dict[str, _Session] = {}
         self._ended: OrderedDict[str, bool] = OrderedDict()  # recently closed or stopped sessions (True: stopped)
@@ -102,7 +114,7 @@ class MemberActor:
         return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(), "threads": torch.get_num_threads()}
 
     def warm(self) -> int:
-        """The first run's context, its template head read (llama.cpp: ``LoadedModel.warm_context``), as the app's
+        """The first run's context, its template head read (llama.cpp: :func:`ensemble.members.llamacpp.warm_context`), as the app's
         warm-up does in process; returns the ids read."""
         return self._warm()
 
@@ -129,7 +141,7 @@ class MemberActor:
         """The session's thread count for this pass (None: the actor's default, whatever an earlier run asked);
         a llama.cpp session sets its own context's count."""
         threads = threads or self.default_threads
-        if getattr(model, "gil_free", False):
+        if model.gil_free:  # a llama.cpp context's count is its own
             model.threads = threads
         elif torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
