@@ -87,12 +87,13 @@ def main() -> None:
     import app
     from ensemble.bench import reasoning_prompts
     from ensemble.models import ModelPool
+    from ui import config
 
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()] or [app.BACKEND]
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()] or [config.BACKEND]
     pools = {}
     for backend in backends:  # each backend's pool warmed as the app warms its own (member processes started)
-        app.POOL = pools[backend] = ModelPool(device=app.DEVICE, backend=backend, runtime=app.RUNTIME)
-        app.warm_up()
+        config.POOL = pools[backend] = ModelPool(device=config.DEVICE, backend=backend, runtime=config.RUNTIME)
+        config.warm_up()
     presses = len(args.methods.split(",")) * len(args.runtimes.split(",")) * args.repeat
     prompts = iter(reasoning_prompts(None, presses, 0)[1] if args.prompts == "gsm8k" else [PROMPT] * presses)
     with socket.socket() as s:
@@ -103,7 +104,7 @@ def main() -> None:
     models = args.models.split(",")
     runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
     for backend in backends:  # load each runtime's models before timing (the app loads them on first use)
-        app.POOL = pools[backend]
+        config.POOL = pools[backend]
         for runtime in runtimes:
             press_run(root, "unite", models, 2, runtime=runtime)
     print(f"{'method':<8} {'runtime':<13} {'backend':<8} {'first token (median s)':>22} {'first draft':>11} {'updates':>8} "
@@ -115,7 +116,7 @@ def main() -> None:
             for _ in range(args.repeat):  # the same prompt on every backend, the backends interleaved
                 prompt = next(prompts)
                 for backend in backends:
-                    app.POOL = pools[backend]
+                    config.POOL = pools[backend]
                     runs[backend].append(press_run(root, method, chosen, args.max_new_tokens, prompt=prompt, runtime=runtime))
             for backend in backends:
                 first = statistics.median(r["first_token_s"] for r in runs[backend])

@@ -10,6 +10,7 @@ from ..errors import Cancelled, MemberDied
 from ..members import Backend
 from ..members.base import LOCAL
 from ..models import LoadedModel
+from ..preflight import RunRequest, check_run
 from ..settings import Settings
 from ..trace import RunTrace, unique_labels
 from .base import RoundEvent, Run, StatusEvent, TokenEvent
@@ -70,7 +71,8 @@ class EnsembleRun:
     ):
         settings = settings or Settings()
         names = unique_names(models)
-        settings.validate(method, names, {n: m.keys.vocab_size for n, m in zip(names, models, strict=True)})
+        vocab_sizes = {n: m.keys.vocab_size for n, m in zip(names, models, strict=True)}
+        prompt, warnings = check_run(prompt, method, names, settings, vocab_sizes)  # as the front ends' preflight
         if method == "single":
             keep = names.index(settings.drafter) if settings.drafter else 0
             models, names = [models[keep]], [names[keep]]
@@ -79,9 +81,16 @@ class EnsembleRun:
         backend = backend or LOCAL
         self.adapters = [ModelAdapter(m, n, backend.runtime(m, n)) for m, n in zip(models, names, strict=True)]
         self.backend = backend.for_run([a.runtime for a in self.adapters], method)
-        self.run = Run(method, self.adapters, prompt, settings, cancel, self.backend, fork, kept, force)
+        self.run = Run(method, self.adapters, prompt, settings, cancel, self.backend, fork, kept, force, warnings)
         self.trace: RunTrace = self.run.trace
         self.backend.assign(method, self.adapters, None if method == "specem" else self.run.lead)
+
+    @classmethod
+    def from_request(cls, request: RunRequest, models: list[LoadedModel], **kwargs) -> EnsembleRun:
+        """The run a front end's :func:`~ensemble.preflight.preflight` checked, on its loaded ``models`` (in the
+        order of ``request.names``); ``kwargs``: ``cancel``, ``backend``."""
+        return cls(models, request.prompt, request.method, request.settings, fork=request.fork, kept=request.kept,
+                   force=request.force, **kwargs)
 
     def withdraw(self, count: int) -> None:
         """After a Stop: keep the first ``count`` tokens, the ones its viewer showed at the click, and finish
