@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from .capabilities import CAPABILITIES, SINGLE, capabilities
 from .errors import InputError
 from .keys import is_complete, is_control
+from .preflight import RunRequest, preflight
 from .settings import METHODS, Settings
 from .trace import RunTrace
 
@@ -158,34 +159,59 @@ def compare_texts(a: str, b: str, kept: str = "") -> ForkComparison:
     return ForkComparison(kept, a, b, divergence, diff)
 
 
+def fork_request(trace: RunTrace, at: int, method: str | None = None, force: str | None = None,
+                 settings: Settings | None = None, *, offer=None, check: bool = True, **overrides) -> RunRequest:
+    """A fork's preflight (:func:`ensemble.preflight.preflight`): the run continuing ``trace`` from its token ``at``
+    with ``method`` (None: :func:`fork_method_for`'s default), checked before any model loads.
+
+    Args:
+        force: a key to put at token ``at`` instead of the run's (:func:`check_force`): the fork's token 0, then
+            the method continues (the "What if it had chosen this?" of a top-k panel).
+        settings: default :func:`fork_settings` (the trace's, the budget it had left; ``overrides`` change them).
+        offer: the app's check of the names it offers (the models of :func:`member_names`).
+        check: False for a library caller with its models already loaded (the engine checks the run itself).
+    """
+    force = check_force(force)
+    method = fork_method_for(trace, method, force)
+    at, chars = fork_point(trace, at)
+    engine_method, _ = fork_method(trace, method)
+    settings = settings or fork_settings(trace, method, at, **overrides)
+    record = {"at": at, "chars": chars, "method": trace.method, "models": list(trace.models)}
+    if force:
+        record["force"] = force
+    names = member_names(trace, method)
+    if not check:
+        return RunRequest(trace.prompt, engine_method, names, names, settings, fork=record, kept=trace.text[:chars], force=force)
+    return preflight(trace.prompt, engine_method, names, settings, offer=offer, copies=True, fork=record,
+                     kept=trace.text[:chars], force=force)
+
+
 def start_fork(models: list, trace: RunTrace, at: int, method: str = DRAFTER_ALONE, settings: Settings | None = None,
                force: str | None = None, **kwargs):
     """An :class:`~ensemble.methods.EnsembleRun` continuing ``trace`` from its token ``at`` with ``method``.
 
     Args:
         models: the loaded models of :func:`member_names` (in that order).
-        settings: default :func:`fork_settings` (the trace's, the budget it had left).
-        force: a key to put at token ``at`` instead of the run's (:func:`check_force`): the fork's token 0, then
-            ``method`` continues (the "What if it had chosen this?" of a top-k panel).
+        settings, force: as :func:`fork_request`.
         kwargs: passed on to :class:`EnsembleRun` (``cancel``, ``backend``).
     """
     from .methods import EnsembleRun
 
-    force = check_force(force)
-    at, chars = fork_point(trace, at)
-    engine_method, _ = fork_method(trace, method)
-    settings = settings or fork_settings(trace, method, at)
-    record = {"at": at, "chars": chars, "method": trace.method, "models": list(trace.models)}
-    if force:
-        record["force"] = force
-    return EnsembleRun(models, trace.prompt, engine_method, settings, fork=record, kept=trace.text[:chars], force=force,
-                       **kwargs)
+    return EnsembleRun.from_request(fork_request(trace, at, method, force, settings, check=False), models, **kwargs)
 
 
 def run_fork(models: list, trace: RunTrace, at: int, method: str = DRAFTER_ALONE, settings: Settings | None = None,
              force: str | None = None, **kwargs) -> tuple[RunTrace, ForkComparison]:
     """Run a fork to its end: its trace and its comparison with ``trace``."""
-    job = start_fork(models, trace, at, method, settings, force, **kwargs)
+    return complete_fork(fork_request(trace, at, method, force, settings, check=False), models, trace, **kwargs)
+
+
+def complete_fork(request: RunRequest, models: list, trace: RunTrace, **kwargs) -> tuple[RunTrace, ForkComparison]:
+    """Run the fork of ``trace`` that ``request`` (:func:`fork_request`) describes on its loaded ``models`` to its
+    end: its trace and its comparison with ``trace``."""
+    from .methods import EnsembleRun
+
+    job = EnsembleRun.from_request(request, models, **kwargs)
     for _ in job.events():
         pass
     return job.trace, compare_continuations(trace, job.trace)

@@ -88,14 +88,15 @@ def main() -> None:
     from ensemble.bench import reasoning_prompts
     from ensemble.members import make_backend
     from ensemble.models import ModelPool
+    from ui import config
 
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()] or [app.BACKEND_NAME]
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()] or [config.BACKEND_NAME]
     pools = {}
     for backend in backends:  # each backend's pool warmed as the app warms its own (member processes started)
-        where = make_backend(backend, device=app.DEVICE)
-        pools[backend] = (ModelPool(device=app.DEVICE, runtime=app.RUNTIME, weights=not where.remote), where)
-        app.POOL, app.BACKEND = pools[backend]
-        app.warm_up()
+        where = make_backend(backend, device=config.DEVICE)
+        pools[backend] = (ModelPool(device=config.DEVICE, runtime=config.RUNTIME, weights=not where.remote), where)
+        config.POOL, config.BACKEND = pools[backend]
+        config.warm_up()
     presses = len(args.methods.split(",")) * len(args.runtimes.split(",")) * args.repeat
     prompts = iter(reasoning_prompts(None, presses, 0)[1] if args.prompts == "gsm8k" else [PROMPT] * presses)
     with socket.socket() as s:
@@ -106,7 +107,7 @@ def main() -> None:
     models = args.models.split(",")
     runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
     for backend in backends:  # load each runtime's models before timing (the app loads them on first use)
-        app.POOL, app.BACKEND = pools[backend]
+        config.POOL, config.BACKEND = pools[backend]
         for runtime in runtimes:
             press_run(root, "unite", models, 2, runtime=runtime)
     print(f"{'method':<8} {'runtime':<13} {'backend':<8} {'first token (median s)':>22} {'first draft':>11} {'updates':>8} "
@@ -118,7 +119,7 @@ def main() -> None:
             for _ in range(args.repeat):  # the same prompt on every backend, the backends interleaved
                 prompt = next(prompts)
                 for backend in backends:
-                    app.POOL, app.BACKEND = pools[backend]
+                    config.POOL, config.BACKEND = pools[backend]
                     runs[backend].append(press_run(root, method, chosen, args.max_new_tokens, prompt=prompt, runtime=runtime))
             for backend in backends:
                 first = statistics.median(r["first_token_s"] for r in runs[backend])

@@ -201,8 +201,9 @@ def free_port() -> int:
 def app_url(pool, embedded):
     """The real app, served in this process on a free port, sharing the session's loaded models."""
     import app
+    from ui import config
 
-    app.POOL = pool
+    config.POOL = pool
     port = free_port()
     app.launch(port=port, block=False)
     yield f"http://127.0.0.1:{port}/"

@@ -141,8 +141,9 @@ def test_specem_shows_each_draft_before_its_round_commits(app_url):
 
 
 def test_results_view_opens_an_evaluation_summary(tmp_path):
-    import app
     from ensemble.evaluation import SUMMARY_FIELDS
+    from ui import config
+    from ui import results as results_ui
 
     rows = [
         ["single:qwen", 60, 21, 0.35, 0.24, 0.48, 0.0, 9.1, 24.0, 0.0, 180.0, 0.02, 0.5, 0.0, 0.0],
@@ -150,12 +151,12 @@ def test_results_view_opens_an_evaluation_summary(tmp_path):
     ]
     path = tmp_path / "summary.csv"
     path.write_text(",".join(SUMMARY_FIELDS) + "\n" + "\n".join(",".join(map(str, r)) for r in rows) + "\n")
-    html, scatter, bars = app.show_results(str(path))
+    html, scatter, bars = results_ui.show_summary(str(path))
     assert "safe-unite" in html and "single:qwen" in html and "phrase-loop rate" in html and ">0.300<" in html
     assert scatter is not None and bars is not None
-    html, scatter, bars = app.show_results(str(app.COMMITTED_RESULTS))  # the run docs/results.md describes
+    html, scatter, bars = results_ui.show_summary(str(config.COMMITTED_RESULTS))  # the run docs/results.md describes
     assert all(m in html for m in ("single:qwen", "unite", "safe-gac", "specem")) and scatter is not None
     bad = tmp_path / "bad.csv"
     bad.write_text("not,a,summary\n1,2,3\n")
-    html, scatter, bars = app.show_results(str(bad))
+    html, scatter, bars = results_ui.show_summary(str(bad))
     assert "el-error" in html and scatter is None

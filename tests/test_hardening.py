@@ -8,8 +8,9 @@ import threading
 import pytest
 
 from ensemble.errors import InputError, SettingsError
+from ensemble.keys import MAX_PROMPT_CHARS
 from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
-from ensemble.methods.base import MAX_PROMPT_CHARS, clean_prompt
+from ensemble.preflight import clean_prompt
 from ensemble.settings import Settings
 from ensemble.trace_values import MAX_PAIRS
 
@@ -49,22 +50,24 @@ def test_unknown_settings_list_at_most_ten_names():
 
 
 # -- prompt cleaning warnings reach the UI ------------------------------------------------------------
-def _run_stream(app, prompt, method="single", models=("smollm2",), tokens=4):
+def _run_stream(prompt, method="single", models=("smollm2",), tokens=4):
+    from ui import running
+
     values = dict(max_new_tokens=tokens, temperature=0.0, top_p=1.0, seed=0, top_k=10, sharpen="auto", sharpen_lambda=0.1,
                   gac_gate=0.0, lookahead=5, fusion="unite", segment_len=10, eta=0.5, scoring="logprob")
-    return list(app.run_stream(prompt, method, list(models), None, values, request=Request(),
+    return list(running.run_stream(prompt, method, list(models), None, values, request=Request(),
                                progress=lambda *a, **k: None))
 
 
 def test_lone_surrogate_warning_reaches_the_ui_status_and_the_trace(tiny, monkeypatch):
-    import app
+    from ui import config
 
-    monkeypatch.setattr(app, "load_models", lambda names, progress=None: [tiny[n] for n in names])
-    views = _run_stream(app, "broken \ud800 half: say ok.")
+    monkeypatch.setattr(config, "load_models", lambda names, progress=None: [tiny[n] for n in names])
+    views = _run_stream("broken \ud800 half: say ok.")
     final_status = views[-1][1]
     assert "lone surrogates" in final_status and "Done" in final_status
     assert any("lone surrogates" in v[1] for v in views[:-1])  # shown while running, too
-    trace = app.SESSIONS.trace(Request.session_hash)
+    trace = config.SESSIONS.trace(Request.session_hash)
     assert any("surrogate" in w for w in trace.warnings)
 
 
@@ -101,37 +104,39 @@ def test_specem_stop_between_drafts_commits_nothing_and_runs_no_pass(tiny, after
 # -- models: only what the server offers, a pool with a memory budget -----------------------------------
 @pytest.mark.parametrize("name", ["~", "/", "/.", "/root/.ssh", "/proc/self", "/no/such/folder", "..", "someone/some-model"])
 def test_the_app_refuses_paths_and_hub_ids_with_one_message(name, monkeypatch):
-    import app
+    from ui import config
 
     monkeypatch.delenv("ENSEMBLE_LENS_ALLOW_PATHS", raising=False)
     with pytest.raises(Exception) as err:
-        app._models(f"smollm2,{name}")
+        config.offered(f"smollm2,{name}")
     message = str(err.value)
     assert message.startswith(f"Unknown model {name!r}. This server offers: qwen, smollm2, gemma3")
     # the same words for a folder that exists and one that does not: nothing about the file system leaks
-    assert message.replace(repr(name), "X") == str(_refusal(app, "/no/such/folder")).replace(repr("/no/such/folder"), "X")
+    assert message.replace(repr(name), "X") == str(_refusal("/no/such/folder")).replace(repr("/no/such/folder"), "X")
 
 
-def _refusal(app, name):
+def _refusal(name):
+    from ui import config
+
     try:
-        app._models(name)
+        config.offered(name)
     except Exception as exc:  # noqa: BLE001
         return exc
     raise AssertionError("accepted")
 
 
 def test_operator_opt_ins_widen_the_offer(monkeypatch, tmp_path):
-    import app
+    from ui import config
 
     monkeypatch.setenv("ENSEMBLE_LENS_ALLOW_MODELS", "someone/some-model")
-    assert app._models("smollm2,someone/some-model") == ["smollm2", "someone/some-model"]
+    assert config.offered("smollm2,someone/some-model") == ["smollm2", "someone/some-model"]
     with pytest.raises(Exception, match="Unknown model"):
-        app._models(str(tmp_path))
+        config.offered(str(tmp_path))
     monkeypatch.setenv("ENSEMBLE_LENS_ALLOW_PATHS", "1")
     with pytest.raises(Exception, match="Unknown model"):  # a folder, but not a model folder
-        app._models(str(tmp_path))
+        config.offered(str(tmp_path))
     (tmp_path / "config.json").write_text("{}")
-    assert app._models(str(tmp_path)) == [str(tmp_path)]
+    assert config.offered(str(tmp_path)) == [str(tmp_path)]
 
 
 def test_the_pool_evicts_the_least_recently_used_model_beyond_its_budget(tiny, monkeypatch):

@@ -317,19 +317,19 @@ def test_llama_members_in_ray_actors_give_the_in_process_output(llama):
 
 
 def test_the_app_applies_its_runtime_choice_to_the_model_names(monkeypatch):
-    import app
     from ensemble.errors import EnsembleError
+    from ui import config
 
-    monkeypatch.setattr(app, "RUNTIME", "auto")
-    monkeypatch.setattr(app, "RUNTIME_CHOICES", ["auto", "transformers", "llamacpp"])
-    assert app._models(["qwen", "gemma3"], "llamacpp") == ["qwen@llamacpp", "gemma3@llamacpp"]
-    assert app._models("qwen@transformers, smollm2", "llamacpp") == ["qwen@transformers", "smollm2@llamacpp"]
-    assert app._models(["qwen"], "auto") == ["qwen"]  # the server's own choice: the pool's setting
+    monkeypatch.setattr(config, "RUNTIME", "auto")
+    monkeypatch.setattr(config, "RUNTIME_CHOICES", ["auto", "transformers", "llamacpp"])
+    assert config.offered(["qwen", "gemma3"], "llamacpp") == ["qwen@llamacpp", "gemma3@llamacpp"]
+    assert config.offered("qwen@transformers, smollm2", "llamacpp") == ["qwen@transformers", "smollm2@llamacpp"]
+    assert config.offered(["qwen"], "auto") == ["qwen"]  # the server's own choice: the pool's setting
     with pytest.raises(EnsembleError, match="Unknown runtime"):
-        app._models(["qwen"], "onnx")
-    monkeypatch.setattr(app, "RUNTIME_CHOICES", ["auto", "transformers"])
+        config.offered(["qwen"], "onnx")
+    monkeypatch.setattr(config, "RUNTIME_CHOICES", ["auto", "transformers"])
     with pytest.raises(EnsembleError, match="llama-cpp-python is not installed"):
-        app._models(["qwen"], "llamacpp")
+        config.offered(["qwen"], "llamacpp")
 
 
 @pytest.mark.concurrency

@@ -144,18 +144,18 @@ def test_odd_unicode_prompts_through_the_cli(kind, tmp_path):
 def test_uploads_are_json_only_and_size_checked(tmp_path):
     import pickle
 
-    import app
+    from ui import replay
 
     class Request:
         session_hash = "upload-test"
 
     evil = tmp_path / "evil.json"
     evil.write_bytes(pickle.dumps({"x": 1}))  # a pickle disguised as JSON is refused, never unpickled
-    _, status, *_ = app.import_trace(str(evil), Request())
+    _, status, *_ = replay.import_trace(str(evil), Request())
     assert "Could not load the trace" in status
     big = tmp_path / "big.json"
     big.write_bytes(b" " * (20 * 1024 * 1024 + 1))
-    _, status, *_ = app.import_trace(str(big), Request())
+    _, status, *_ = replay.import_trace(str(big), Request())
     assert "20 MB" in status
 
 
@@ -194,9 +194,9 @@ def test_eight_concurrent_clients_each_get_their_own_trace(app_url, client):
 
 
 def _models(names):
-    import app
+    from ui import config
 
-    return [app.POOL.get(n) for n in names]
+    return [config.POOL.get(n) for n in names]
 
 
 @pytest.mark.concurrency
@@ -204,13 +204,14 @@ def test_a_bounded_queue_tells_extra_clients_the_server_is_busy(pool, embedded):
     from conftest import free_port
 
     import app
+    from ui import config
 
-    previous = app.QUEUE_SIZE
-    app.QUEUE_SIZE = 2
+    previous = config.QUEUE_SIZE
+    config.QUEUE_SIZE = 2
     try:
         small = app.build_app()
     finally:
-        app.QUEUE_SIZE = previous
+        config.QUEUE_SIZE = previous
     port = free_port()
     small.launch(server_port=port, prevent_thread_lock=True, quiet=True)
     try:
@@ -298,11 +299,11 @@ class Exploding(torch.nn.Module):
 
 
 def test_a_model_failing_mid_generation_gives_a_message_and_the_next_run_works(client, embedded, monkeypatch):
-    import app
+    from ui import config
 
     healthy = embedded["smollm2"]
     broken = models.wrap("gemma3", Exploding(embedded["gemma3"].model, after=3), embedded["gemma3"].tokenizer, template="plain")
-    monkeypatch.setattr(app, "load_models", lambda names, progress=None: [healthy, broken])
+    monkeypatch.setattr(config, "load_models", lambda names, progress=None: [healthy, broken])
     with pytest.raises(Exception, match="simulated device failure"):
         _api(client, "Write two sentences about Plovdiv.", max_new_tokens=40)
     monkeypatch.undo()
@@ -431,8 +432,8 @@ def test_twenty_runs_do_not_grow_memory(client):
 
 def test_tokenize_text_length_limit_is_the_prompt_limit(client):
     """/tokenize and the Tokenizers tab take what the app takes as a prompt (200,000 characters) and say so past it."""
-    import app
-    from ensemble.methods.base import MAX_PROMPT_CHARS
+    from ensemble.keys import MAX_PROMPT_CHARS
+    from ui import tokenizers
 
     at_limit = ("Sofia went to Plovdiv. " * (MAX_PROMPT_CHARS // 23 + 1))[:MAX_PROMPT_CHARS]
     result = client.predict(text=at_limit, models="smollm2", api_name="/tokenize")
@@ -440,5 +441,5 @@ def test_tokenize_text_length_limit_is_the_prompt_limit(client):
     over = at_limit + "x"
     with pytest.raises(Exception, match=f"{MAX_PROMPT_CHARS + 1:,} characters; the limit is {MAX_PROMPT_CHARS:,}"):
         client.predict(text=over, models="smollm2", api_name="/tokenize")
-    view, counts = app.tokenize_view(over, ["smollm2", "gemma3"], False)  # the Tokenizers tab's handler
+    view, counts = tokenizers.tokenize_view(over, ["smollm2", "gemma3"], False)  # the Tokenizers tab's handler
     assert f"the limit is {MAX_PROMPT_CHARS:,}" in view and 'class="el-error"' in view and counts is None

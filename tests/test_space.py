@@ -269,8 +269,8 @@ def test_the_wheel_installs_and_its_commands_run(space_venv, tmp_path):
 
     helped = run(str(space_venv / "bin" / "ensemble-lens"), "--help")
     assert helped.returncode == 0 and "usage: ensemble-lens" in helped.stdout and "--port" in helped.stdout, helped.stderr
-    found = run(python, "-c", "import app, ensemble, ui.files, ui.tabs, visual; from ensemble.evaluation import GSM8K_TEST; "
-                "print(app.__file__, ensemble.__file__, ui.tabs.FIRST_VIEW, app.COMMITTED_RESULTS, GSM8K_TEST, sep='\\n')")
+    found = run(python, "-c", "import app, ensemble, ui.config, ui.tabs, visual; from ensemble.evaluation import GSM8K_TEST; "
+                "print(app.__file__, ensemble.__file__, ui.tabs.FIRST_VIEW, ui.config.COMMITTED_RESULTS, GSM8K_TEST, sep='\\n')")
     assert found.returncode == 0, found.stderr[-3000:]
     paths = [Path(p) for p in found.stdout.split()]
     assert all("site-packages" in str(p) and p.is_file() for p in paths), paths

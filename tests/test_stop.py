@@ -5,6 +5,7 @@ models with the real tokenizers: seconds."""
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
 import pytest
 
@@ -76,25 +77,26 @@ class Request:
 def test_the_apps_strip_and_trace_stay_as_the_browser_showed_them_at_the_click(tiny, monkeypatch, method):
     """The click lands while a view is on its way: the browser counted an earlier strip. The final strip, the
     trace and its stats hold exactly the tokens counted, whatever the server had committed or sent meanwhile."""
-    import app
+    import visual
+    from ui import config, running
 
-    monkeypatch.setattr(app, "load_models", lambda names, progress=None: [tiny[n] for n in names])
+    monkeypatch.setattr(config, "load_models", lambda names, progress=None: [tiny[n] for n in names])
     values = dict(max_new_tokens=80, temperature=0.0, top_p=1.0, seed=0, top_k=10, sharpen="auto", sharpen_lambda=0.1,
                   gac_gate=0.0, lookahead=3, fusion="unite", segment_len=3, eta=0.5, scoring="logprob")
     views, counted = [], None
-    with app.busy(Request()):
-        for view in app.run_stream(PROMPT, method, ["qwen", "smollm2", "gemma3"], None, values, request=Request(),
+    with running.busy(Request()):
+        for view in running.run_stream(PROMPT, method, ["qwen", "smollm2", "gemma3"], None, values, request=Request(),
                                    progress=lambda *a, **k: None):
             views.append(view)
             strips = [v.strip.count('class="el-tok') for v in views]
             if counted is None and strips[-1] >= 6 and len(set(strips)) >= 3:
                 counted = sorted(set(strips))[-2]  # the browser still shows the strip before the newest one
-                app.stop_run_at(counted, Request())
+                running.stop_run_at(counted, Request())
     assert counted is not None, "the run ended before Stop"
-    trace = app.SESSIONS.trace(Request.session_hash)
+    trace = config.SESSIONS.trace(Request.session_hash)
     assert trace.stats.stop_reason == "cancelled"
     assert views[-1].strip.count('class="el-tok') == counted
-    assert len(trace.tokens) == trace.stats.generated_tokens == app.visual.records_drawn(trace.tokens, counted)
+    assert len(trace.tokens) == trace.stats.generated_tokens == visual.records_drawn(trace.tokens, counted)
     assert "Stopped after" in views[-1].status
 
 
@@ -103,10 +105,10 @@ def test_the_apps_strip_and_trace_stay_as_the_browser_showed_them_at_the_click(t
 def dying_member(tiny, monkeypatch):
     """The app on the tiny models; smollm2's process "dies" (MemberDied, as the Ray backend raises it) at its
     12th forward pass."""
-    import app
     from ensemble.errors import MemberDied
+    from ui import api, config, running
 
-    monkeypatch.setattr(app, "load_models", lambda names, progress=None: [tiny[n] for n in names])
+    monkeypatch.setattr(config, "load_models", lambda names, progress=None: [tiny[n] for n in names])
     passes = [0]
 
     def die(module, args):
@@ -115,7 +117,7 @@ def dying_member(tiny, monkeypatch):
             raise MemberDied("smollm2", 4242)
 
     hook = tiny["smollm2"].model.register_forward_pre_hook(die)
-    yield app
+    yield SimpleNamespace(run_ensemble=api.run_ensemble, run_stream=running.run_stream)
     hook.remove()
 
 

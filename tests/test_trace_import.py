@@ -111,11 +111,13 @@ def test_inconsistent_traces_are_refused(name, change, message):
 # -- property: every mutation loads and renders, or is refused with a message ---------------------------------
 def render_everything(trace: RunTrace) -> None:
     """What the app shows for a trace: every Run-tab view, the inspector for some tokens, every round."""
-    import app
+    import tempfile
 
-    path = Path(app.tempfile.mkdtemp()) / "t.json"
+    from ui import api, replay
+
+    path = Path(tempfile.mkdtemp()) / "t.json"
     path.write_text(trace.to_json(), encoding="utf-8")
-    _strip, status, *views = app.import_trace(str(path), Request())
+    _strip, status, *views = replay.import_trace(str(path), Request())
     assert "Replaying" in status, status
     for view in (_strip, status, *views):
         if hasattr(view, "to_json"):
@@ -124,7 +126,7 @@ def render_everything(trace: RunTrace) -> None:
             view.encode("utf-8")  # valid text: a response with a lone surrogate is a bare "Error" in the browser
     indexes = sorted({0, len(trace.tokens) // 2, len(trace.tokens) - 1}) if trace.tokens else []
     for index in indexes:
-        outputs = app.inspect(Request(), Click(index))
+        outputs = replay.inspect(Request(), Click(index))
         for out in outputs:
             if hasattr(out, "to_json"):
                 out.to_json()
@@ -132,9 +134,9 @@ def render_everything(trace: RunTrace) -> None:
         for out in outputs:
             if isinstance(out, str):
                 out.encode("utf-8")
-        json.dumps(app.explain_token(trace.to_dict(), index), ensure_ascii=False).encode("utf-8")  # the API's answer
+        json.dumps(api.explain_token(trace.to_dict(), index), ensure_ascii=False).encode("utf-8")  # the API's answer
     for k in range(len(trace.rounds)):
-        fig = app.show_round(k, Request())
+        fig = replay.show_round(k, Request())
         if fig is not None:
             fig.to_json()
     visual.strip_html(trace, show_whitespace=False)
@@ -227,7 +229,7 @@ def test_every_fresh_trace_passes_the_consistency_checks(tiny, method):
 def test_an_uploaded_trace_fills_only_what_the_form_can_safely_hold():
     """Re-running an upload: its prompt and method, the offered models among its own (drafter first), and the
     settings their declarations accept; names and values the app does not offer are left out."""
-    import app
+    from ui import replay
 
     data = copy.deepcopy(VALID["safe_math"])
     data["models"] = ["smollm2", "<img src=x>", "gemma3"]
@@ -240,7 +242,7 @@ def test_an_uploaded_trace_fills_only_what_the_form_can_safely_hold():
         t["details"] = {}
         t["decision"], t["round"] = "drafter", None
     trace = RunTrace.from_dict(data)
-    form = app.form_of(trace)
+    form = replay.form_of(trace)
     assert form["prompt"] == trace.prompt and form["method"] == "safe"
     assert form["models"] == ["gemma3", "smollm2"]
     assert form["settings"]["max_new_tokens"] == 40 and form["settings"]["sharpen"] == "geometric"
@@ -253,45 +255,49 @@ class SeqClick:
 
 
 def _session_with(tmp_path, session: str):
-    """The app, a request class of session ``session``, and the safe_math trace that session has loaded."""
-    import app
+    """A request class of session ``session``, and the safe_math trace that session has loaded."""
+    from ui import config, replay
 
     class Request:
         session_hash = session
 
     path = tmp_path / "t.json"
     path.write_text(json.dumps(VALID["safe_math"]), encoding="utf-8")
-    app.import_trace(str(path), Request())
-    return app, Request, app.SESSIONS.trace(session)
+    replay.import_trace(str(path), Request())
+    return Request, config.SESSIONS.trace(session)
 
 
 def test_an_overtaken_token_click_is_dropped_and_the_newest_click_is_the_selection(tmp_path):
     """Clicks may be answered in any order (and Gradio replays a deferred event with its first data), so a click's
     answer is dropped once a newer click of the session has come in; the newest click's token is the one a fork
     starts from, whatever order the answers come in."""
-    app, Other, trace = _session_with(tmp_path, "overtaken-clicks")
-    assert app.inspect_latest(Other(), SeqClick(3, seq=2)) is not None
-    assert app.inspect_latest(Other(), SeqClick(1, seq=1)) is None  # the older click's answer comes too late
-    assert app.SESSIONS.get("overtaken-clicks")["selected"] == (trace, 3)
-    view = app.inspect_latest(Other(), SeqClick(5, seq=3))
+    from ui import config, replay
+
+    Other, trace = _session_with(tmp_path, "overtaken-clicks")
+    assert replay.inspect_latest(Other(), SeqClick(3, seq=2)) is not None
+    assert replay.inspect_latest(Other(), SeqClick(1, seq=1)) is None  # the older click's answer comes too late
+    assert config.SESSIONS.get("overtaken-clicks").selected == (trace, 3)
+    view = replay.inspect_latest(Other(), SeqClick(5, seq=3))
     assert view is not None and "token #5" in view.explanation
-    assert app.SESSIONS.get("overtaken-clicks")["selected"] == (trace, 5)
+    assert config.SESSIONS.get("overtaken-clicks").selected == (trace, 5)
     # a click that lands off the strip's tokens answers with the hint and clears the selection
-    assert "click a token" in app.inspect_latest(Other(), SeqClick(10_000, seq=4)).explanation
-    assert app.SESSIONS.get("overtaken-clicks")["selected"] is None
+    assert "click a token" in replay.inspect_latest(Other(), SeqClick(10_000, seq=4)).explanation
+    assert config.SESSIONS.get("overtaken-clicks").selected is None
 
 
 def test_the_per_token_table_filters_the_sessions_trace_by_decision(tmp_path):
-    app, Me, trace = _session_with(tmp_path, "token-filter")
+    from ui import replay
+
+    Me, trace = _session_with(tmp_path, "token-filter")
     for decision, count in trace.stats.decisions.items():
-        table = app.filter_tokens(decision, Me())
+        table = replay.filter_tokens(decision, Me())
         assert len(table) == count and set(table["decision"]) == {decision}
-    assert len(app.filter_tokens("all", Me())) == len(trace.tokens)
+    assert len(replay.filter_tokens("all", Me())) == len(trace.tokens)
 
     class Nobody:
         session_hash = "token-filter-empty"
 
-    assert app.filter_tokens("all", Nobody()).__class__.__name__ != "DataFrame"  # no trace: the table is left as it is
+    assert replay.filter_tokens("all", Nobody()).__class__.__name__ != "DataFrame"  # no trace: the table is left as it is
 
 
 def test_a_gzip_packed_trace_reads_as_its_json_and_a_gzip_bomb_is_refused():

@@ -108,11 +108,11 @@ def test_a_huge_list_in_one_record_is_refused_by_the_scan_before_parsing(monkeyp
 def test_explain_token_answers_a_huge_token_at_once_with_one_line():
     import gradio as gr
 
-    import app
+    from ui import api
 
     started = time.perf_counter()
     with pytest.raises(gr.Error) as err:
-        app.explain_token(heavy_pairs(200_000), 3)
+        api.explain_token(heavy_pairs(200_000), 3)
     assert "holds at most" in err.value.message and "\n" not in err.value.message
     assert time.perf_counter() - started < 20  # the issue measured 36 s for 900,000 pairs; parsing 4 MB is the cost
 
@@ -138,6 +138,7 @@ def test_a_page_load_answers_while_heavy_traces_are_read(tmp_path):
     from conftest import free_port
 
     import app
+    from ui import replay
 
     files = []
     for name, text in [("escapes.json", escaped_quotes(60_000)), ("escapes-1mb.json", escaped_quotes(1_000_000)),
@@ -162,7 +163,7 @@ def test_a_page_load_answers_while_heavy_traces_are_read(tmp_path):
 
         def upload():
             for path in files:
-                _, status, *_ = app.import_trace(str(path), Request("heavy-reader"))
+                _, status, *_ = replay.import_trace(str(path), Request("heavy-reader"))
                 assert "Could not load the trace" in status
             done.set()
 
@@ -244,7 +245,7 @@ def _with_surrogates(where: str) -> dict:
 def test_lone_surrogates_are_replaced_once_with_a_warning_and_every_view_renders(where, tmp_path):
     from test_trace_import import render_everything
 
-    import app
+    from ui import api
 
     data = _with_surrogates(where)
     for text in (json.dumps(data), json.dumps(data, ensure_ascii=False)):  # escaped, and raw characters
@@ -253,7 +254,7 @@ def test_lone_surrogates_are_replaced_once_with_a_warning_and_every_view_renders
         assert "\ufffd" in trace.to_json()
         trace.to_json().encode("utf-8")  # valid text everywhere: encodes without an error
         render_everything(trace)
-    answer = app.explain_token(data, 3)  # the API answers with valid text too
+    answer = api.explain_token(data, 3)  # the API answers with valid text too
     json.dumps(answer, ensure_ascii=False).encode("utf-8")
     assert RunTrace.from_json(json.dumps(VALID["safe"])).warnings == []  # clean traces get no warning
 
@@ -262,42 +263,42 @@ def test_lone_surrogates_are_replaced_once_with_a_warning_and_every_view_renders
 def test_explain_token_takes_a_token_number_as_text():
     import gradio as gr
 
-    import app
+    from ui import api
 
     trace = VALID["safe"]
-    assert app.explain_token(trace, "1")["index"] == 1 == app.explain_token(json.dumps(trace), 1)["index"]
+    assert api.explain_token(trace, "1")["index"] == 1 == api.explain_token(json.dumps(trace), 1)["index"]
     for index, message in [("x", 'index must be a token number (0 is the answer\'s first token), not "x"'),
                            (99, "Token #99 is not in this trace: it has tokens #0 to #15."), (True, "not true")]:
         with pytest.raises(gr.Error) as err:
-            app.explain_token(trace, index)
+            api.explain_token(trace, index)
         assert message in err.value.message
 
 
 def test_fork_and_run_arguments_say_what_to_fix():
     import gradio as gr
 
-    import app
+    from ui import api
 
     with pytest.raises(gr.Error) as err:
-        app.fork(VALID["safe"], "x")
+        api.fork(VALID["safe"], "x")
     assert err.value.message == 'at must be a token number (0 is the answer\'s first token), not "x".'
 
     with pytest.raises(gr.Error) as err:
-        app.run_ensemble("hi", "single", "smollm2", settings="not json")
+        api.run_ensemble("hi", "single", "smollm2", settings="not json")
     assert err.value.message.startswith('settings must be a JSON object of engine options, such as {"max_new_tokens": 64}')
     assert "Expecting value" not in err.value.message and "line 1 column 1" not in err.value.message
     with pytest.raises(gr.Error) as err:
-        app.run_ensemble("hi", "single", "smollm2", settings="[1]")
+        api.run_ensemble("hi", "single", "smollm2", settings="[1]")
     assert err.value.message.endswith("not a list.")
 
 
 def test_a_malformed_results_csv_is_named_by_its_file_not_the_servers_path(tmp_path):
-    import app
+    from ui import results as results_ui
 
     folder = tmp_path / "gradio-upload-3f9a1c"
     folder.mkdir()
     (path := folder / "my-summary.csv").write_text("method,accuracy\nsafe,not-a-number\n", encoding="utf-8")
-    html = app.show_results(str(path)).results_view
+    html = results_ui.show_summary(str(path)).results_view
     assert "my-summary.csv" in html and str(folder) not in html and "gradio-upload" not in html
 
 
@@ -309,15 +310,15 @@ def test_sessions_drop_the_least_recently_used_past_their_byte_budget():
     store = Sessions(budget_bytes=int(each * 3.5))
     shared = RunTrace.from_json(json.dumps(VALID["single"]))
     busy = store.get("busy")
-    busy["trace"], busy["busy"] = traces[0], 1  # a session still streaming is never dropped
+    busy.trace, busy.busy = traces[0], 1  # a session still streaming is never dropped
     for i, trace in enumerate(traces[1:], 1):
         entry = store.get(f"s{i}")
-        entry["trace"], entry["imported"], entry["selected"] = trace, trace, (trace, 2)  # held thrice, counted once
-        entry["compare"] = {"single": shared}  # shared by every session: counted once
+        entry.trace, entry.imported, entry.selected = trace, trace, (trace, 2)  # held thrice, counted once
+        entry.compare = {"single": shared}  # shared by every session: counted once
         store.get(f"s{i}")  # the next request of the session accounts for what it now holds
         assert store.kept_bytes() <= store.budget_bytes
-    assert store.get("s5")["trace"] is traces[5] and store.get("busy")["trace"] is traces[0]
-    assert store.get("s1")["trace"] is None  # dropped: it starts again empty
+    assert store.get("s5").trace is traces[5] and store.get("busy").trace is traces[0]
+    assert store.get("s1").trace is None  # dropped: it starts again empty
     assert store.kept_bytes() <= store.budget_bytes
 
 
@@ -333,19 +334,19 @@ def test_uploading_a_large_trace_in_many_sessions_keeps_memory_within_the_budget
     """The issue: each session that uploaded an 18 MB trace kept ~164 MB, sessions were only counted (128)."""
     import gc
 
-    import app
+    from ui import config, replay
 
     path = tmp_path / "large.json"
     path.write_text(json.dumps(heavy_pairs(MAX_PAIRS) | {"prompt": "Plovdiv " * 600_000}), encoding="utf-8")
-    monkeypatch.setattr(app, "SESSIONS", Sessions(budget_bytes=20_000_000))
-    app.import_trace(str(path), Request("rss-warm-up"))  # the first upload's one-off allocations
+    monkeypatch.setattr(config, "SESSIONS", Sessions(budget_bytes=20_000_000))
+    replay.import_trace(str(path), Request("rss-warm-up"))  # the first upload's one-off allocations
     gc.collect()
     before = _rss_mb()
     for i in range(15):
-        app.import_trace(str(path), Request(f"rss-{i}"))
-        assert app.SESSIONS.kept_bytes() <= 20_000_000
+        replay.import_trace(str(path), Request(f"rss-{i}"))
+        assert config.SESSIONS.kept_bytes() <= 20_000_000
     gc.collect()
-    one = trace_bytes(app.SESSIONS.trace("rss-14")) / 1e6
+    one = trace_bytes(config.SESSIONS.trace("rss-14")) / 1e6
     assert one > 4  # each upload keeps MB: 15 kept would take 15 x that (measured: +85 MB without the budget)
     grown = _rss_mb() - before
     assert grown < 20 + 3 * one, f"resident memory grew {grown:.0f} MB for a budget of 20 MB ({one:.1f} MB a trace)"

@@ -1,3 +1,8 @@
-"""The app's layout: one builder per tab, each returning its components in a small dataclass.
+"""The app's user interface: what ``app.py`` wires together.
 
-``app.py`` wires these components to its handlers; nothing here runs a model or builds HTML."""
+The layout (``tabs``, ``controls``, ``views``: one builder per tab, each returning its components in a small
+dataclass, and the named tuples a handler fills) and the handlers behind it: the server's configuration and
+singletons (``config``), the session state (``sessions``), a run with its Stop and forks (``running``,
+``forking``), a shown trace with its files (``replay``), Compare (``comparing``), Tokenizers (``tokenizers``),
+Results (``results``), the API and MCP tools (``api``, ``api_args``), links (``links``) and the Space (``space``).
+Handlers call the engine and the views; none of this is imported by ``ensemble/`` or ``visual/``."""

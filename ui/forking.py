@@ -1,7 +1,7 @@
 """The Run tab's "what if" fork: continue the shown run from the selected token another way, streaming.
 
-The app hands in what this needs (the session's trace and cancel flag, how to load models, where members
-compute), so this module holds no state of its own; :mod:`ensemble.fork` does the work, :mod:`visual.forks`
+The app hands in what this needs (the session's trace and cancel flag, which models it offers, how to load
+them, where members compute), so this module holds no state of its own; :mod:`ensemble.fork` does the work, :mod:`visual.forks`
 draws the comparison.
 """
 
@@ -12,48 +12,37 @@ from collections.abc import Callable, Iterator
 
 import visual
 from ensemble.errors import EnsembleError
-from ensemble.fork import (
-    check_force,
-    compare_continuations,
-    fork_method,
-    fork_method_for,
-    fork_point,
-    fork_settings,
-    member_names,
-    start_fork,
-)
-from ensemble.methods import TokenEvent
-from ensemble.trace import RunTrace, unique_labels
+from ensemble.fork import compare_continuations, fork_request
+from ensemble.methods import EnsembleRun, TokenEvent
+from ensemble.models.runtimes import split_runtime
+from ensemble.trace import RunTrace
 
 from .views import ForkView
 
 STREAM_INTERVAL = 0.25
 
 
-def fork_stream(trace: RunTrace | None, at, method: str, load: Callable[[list[str]], list], backend_for: Callable,
-                cancel, force: str | None = None) -> Iterator[ForkView]:
+def fork_stream(trace: RunTrace | None, at, method: str, offer: Callable[[list[str]], list[str]],
+                load: Callable[[list[str]], list], backend_for: Callable, cancel, force: str | None = None) -> Iterator[ForkView]:
     """Views of a fork of ``trace`` at token ``at`` by ``method`` (with ``force``: that key put at ``at`` first,
     and ``method`` None for the run's own): the fork's text as it grows, then both continuations compared.
-    ``load`` loads models by name (the app's pool, offered names only)."""
+    ``offer`` checks the models' names (the ones the app offers only), ``load`` loads them (the app's pool)."""
     if trace is None or at is None:
         yield ForkView(visual.error_html("Run the ensemble (or load a trace) and click a token first: the fork "
                                          "continues the answer from the selected token."))
         return
     cancel.clear()
     try:
-        force = check_force(force)
-        method = fork_method_for(trace, method, force)
-        at, _ = fork_point(trace, int(at))
-        names = member_names(trace, method)
-        settings = fork_settings(trace, method, at)
-        settings.validate(fork_method(trace, method)[0], unique_labels(names))
-        yield ForkView(visual.status_html(f"Loading {', '.join(names)}…"))
-        models = load(names)
-        job = start_fork(models, trace, at, method, settings, force, cancel=cancel, backend=backend_for(models))
+        request = fork_request(trace, int(at), method, force, offer=offer)
+        yield ForkView(visual.status_html(f"Loading {', '.join(split_runtime(n)[0] for n in request.names)}…"))
+        models = load(request.names)
+        job = EnsembleRun.from_request(request, models, cancel=cancel, backend=backend_for(models))
     except EnsembleError as exc:
         yield ForkView(visual.error_html(str(exc)))
         return
+    at, chars = request.fork["at"], request.fork["chars"]
     label = visual.forks.run_label(job.trace)
+    kept = visual.kept_html(job.trace, False)
     last = 0.0
     try:
         for event in job.events():
@@ -61,8 +50,7 @@ def fork_stream(trace: RunTrace | None, at, method: str, load: Callable[[list[st
             if isinstance(event, TokenEvent) and now - last >= STREAM_INTERVAL:
                 last = now
                 yield ForkView(f'<div class="el-explain"><p>Forking at token #{at}: {visual.safe(label)} is writing…</p>'
-                               f'<div class="el-fork-side">{visual.kept_html(job.trace, False)}'
-                               f'{visual.whitespace(job.run.text[job.trace.fork["chars"]:], False)}</div></div>')
+                               f'<div class="el-fork-side">{kept}{visual.whitespace(event.text[chars:], False)}</div></div>')
     except Exception as exc:  # noqa: BLE001 - a failing member must not take the app down
         kind = "" if isinstance(exc, EnsembleError) else f"{type(exc).__name__}: "
         yield ForkView(visual.error_html(f"The fork failed: {kind}{exc}"))

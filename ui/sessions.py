@@ -1,5 +1,5 @@
 """Per-session state of the app: each browser session's latest run (live or uploaded), its stop flag, its selected
-token, and the ordering of its token clicks. No model and no UI component here: ``app.py`` wires it.
+token, and the ordering of its token clicks (:class:`Session`). No model and no UI component here.
 
 The store is bounded twice: at most 128 sessions, and at most ``ENSEMBLE_LENS_SESSIONS_MB`` megabytes (default
 1024) of traces kept by all of them together (runs, uploads, comparisons; a trace two sessions share, such as the
@@ -16,25 +16,46 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ensemble.trace import RunTrace
 
 BUDGET_MB = float(os.environ.get("ENSEMBLE_LENS_SESSIONS_MB", "1024"))
-_HOLDS = ("job", "trace", "imported", "compare", "selected")  # the entry's keys that hold traces
+_HOLDS = ("running", "trace", "imported", "compare", "selected")  # the fields that hold traces
 
 
-class _Entry(dict):
-    """A session's state (a dict, as the handlers use it); storing a trace in it re-checks the store's budget."""
+@dataclass(eq=False)
+class Session:
+    """One browser session's state. Storing a trace in it (a field of ``_HOLDS``) re-checks the store's budget."""
 
-    def __init__(self, store: Sessions, key: str):
-        super().__init__(job=None, trace=None, cancel=threading.Event(), busy=0)
-        self._store, self._key = store, key
+    running: RunTrace | None = None  # the live trace of the run still streaming (its tokens grow)
+    trace: RunTrace | None = None  # the trace the Run tab shows (a finished run, an upload, an evaluation's answer)
+    imported: RunTrace | None = None  # the trace an upload just loaded (None: the upload was refused)
+    compare: dict[str, RunTrace] = field(default_factory=dict)  # the Compare tab's runs by method, what a card click inspects
+    selected: tuple[RunTrace, int] | None = None  # the newest clicked token of the strip, where a fork starts
+    evaluation: Path | None = None  # the evaluation folder the Results tab opened
+    cancel: threading.Event = field(default_factory=threading.Event)  # Stop's flag, checked by the engine
+    busy: int = 0  # how many runs, comparisons or forks of this session stream now
+    shown: int | None = None  # how many tokens the browser's strip held when Stop was clicked
+    clicks: dict[str, int] = field(default_factory=dict)  # the newest click number seen per clickable view
+    _store: Sessions | None = field(default=None, repr=False)
+    _key: str = field(default="", repr=False)
 
-    def __setitem__(self, name, value) -> None:
-        super().__setitem__(name, value)
-        if name in _HOLDS and value is not None:
+    def __setattr__(self, name, value) -> None:
+        object.__setattr__(self, name, value)
+        if name in _HOLDS and value is not None and self._store is not None:
             self._store.account(self._key)
+
+    def shown_trace(self) -> RunTrace | None:
+        """The run streaming now, or else the trace the Run tab shows."""
+        return self.running if self.running is not None else self.trace
+
+    def traces(self) -> list[RunTrace]:
+        """Every trace it holds: shown, uploaded, selected, compared, running."""
+        held = [self.trace, self.imported, self.running, self.selected[0] if self.selected else None, *self.compare.values()]
+        return [t for t in held if isinstance(t, RunTrace)]
 
 
 class Sessions:
@@ -42,14 +63,14 @@ class Sessions:
     memory their traces take (least recently used first out)."""
 
     def __init__(self, limit: int = 128, budget_bytes: int | None = None):
-        self._data: OrderedDict[str, dict] = OrderedDict()
+        self._data: OrderedDict[str, Session] = OrderedDict()
         self._lock = threading.Lock()
         self.limit = limit
         self.budget_bytes = int(BUDGET_MB * 1e6) if budget_bytes is None else budget_bytes
 
-    def get(self, key: str) -> dict:
+    def get(self, key: str) -> Session:
         with self._lock:
-            entry = self._data.pop(key, None) or _Entry(self, key)
+            entry = self._data.pop(key, None) or Session(_store=self, _key=key)
             self._data[key] = entry
             while len(self._data) > self.limit:
                 self._data.popitem(last=False)
@@ -75,7 +96,7 @@ class Sessions:
             if total <= self.budget_bytes:
                 return
             entry = self._data[key]
-            if key == keep or entry["busy"]:
+            if key == keep or entry.busy:
                 continue
             del self._data[key]
             left = self._traces(self._data.values())
@@ -84,14 +105,8 @@ class Sessions:
 
     @staticmethod
     def _traces(entries) -> dict[int, RunTrace]:
-        """The distinct traces ``entries`` hold (by identity): shown, uploaded, selected, compared, running."""
-        found: dict[int, RunTrace] = {}
-        for entry in entries:
-            job, selected = entry.get("job"), entry.get("selected")
-            held = [entry.get("trace"), entry.get("imported"), job.trace if job is not None else None,
-                    selected[0] if isinstance(selected, tuple) else None, *(entry.get("compare") or {}).values()]
-            found.update((id(t), t) for t in held if isinstance(t, RunTrace))
-        return found
+        """The distinct traces ``entries`` hold (by identity)."""
+        return {id(t): t for entry in entries for t in entry.traces()}
 
     def latest_click(self, key: str, target: str, seq, **store) -> bool:
         """Whether click ``seq`` on ``target`` is the newest one this session has seen (and, if so, records it and
@@ -101,19 +116,17 @@ class Sessions:
             entry = self._data.get(key)
             if entry is None:
                 return True
-            seen = entry.setdefault("clicks", {})
-            if isinstance(seq, int) and seq < seen.get(target, -1):
+            if isinstance(seq, int) and seq < entry.clicks.get(target, -1):
                 return False
             if isinstance(seq, int):
-                seen[target] = seq
-            entry.update(store)
+                entry.clicks[target] = seq
+            for name, value in store.items():  # under the lock: the store's budget is checked at the next get
+                object.__setattr__(entry, name, value)
             return True
 
     def trace(self, key: str) -> RunTrace | None:
-        entry = self.get(key)
-        if entry["job"] is not None:
-            return entry["job"].trace
-        return entry["trace"]
+        """The trace session ``key`` shows: its running run's, or the finished or uploaded one."""
+        return self.get(key).shown_trace()
 
 
 def click_data(evt) -> dict:

@@ -30,6 +30,11 @@ FORK_CHOICES = [
 ]
 FORK_HINT = ("**What if?** Click a token, then continue the answer from that token with the drafter alone or another "
              "method (same models and settings): both continuations appear side by side, where they part marked.")
+INTRO = """# 🔍 Ensemble Lens
+Run several small language models **as one ensemble** and see, token by token, why the ensemble did what it
+did: where **SAFE** fused their distributions, where a **tokenizer mismatch** made fusing unsafe, where the
+models already agreed, and how **SpecEM** weighs whole segments. Click any token for the reason."""
+
 FIRST_VIEW = project_file("assets/first-view.json")
 """A recorded run of the first example at the app's defaults, replayed on load (scripts/record_first_view.py)."""
 THREE, PAIR = list(DEFAULT_MODELS), list(DEFAULT_ENSEMBLE)
@@ -430,3 +435,9 @@ def build_results_tab(have_committed_results: bool) -> ResultsTab:
     return ResultsTab(results_file, results_ours, results_view, results_plot_a, results_plot_b, explorer_box, grid_filter,
                       grid_ensemble, grid_order, grid, cell_note, part_qid, part_a, part_b, part_button, part_view,
                       stats_view, stats_plot_a, stats_plot_b, stats_plot_c)
+
+
+def update_drafter(model_names):
+    """The drafter box follows the chosen models: their names, the first one chosen."""
+    names = [n for n in (model_names or [])]
+    return gr.update(choices=names, value=names[0] if names else None)

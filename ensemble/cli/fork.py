@@ -13,7 +13,7 @@ import sys
 
 from ..capabilities import is_one_model
 from ..errors import TraceFormatError
-from ..fork import DRAFTER_ALONE, FORK_METHODS, member_names
+from ..fork import DRAFTER_ALONE, FORK_METHODS
 from ..models.device import resolve_device
 from ..outputs import check_distinct_outputs, check_output_file, write_output
 from .common import read_bytes, write_document
@@ -40,31 +40,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_fork(args) -> int:
-    from ..fork import check_force, fork_method, fork_method_for, fork_point, fork_settings, run_fork
-    from ..models import ModelPool, resolve
-    from ..trace import RunTrace, unique_labels
+    from ..fork import complete_fork, fork_request
+    from ..models import ModelPool
+    from ..trace import RunTrace
 
     try:
         trace = RunTrace.from_json(read_bytes(args.trace))
     except TraceFormatError as exc:
         raise TraceFormatError(f"{args.trace}: {str(exc).rstrip('.')}. Give a trace saved by `generate --out FILE.json` or the app's "
                                "download.") from exc
-    args.force = check_force(args.force)
-    args.method = fork_method_for(trace, args.method, args.force)
-    at, _ = fork_point(trace, args.at)
-    settings = fork_settings(trace, args.method, at, max_new_tokens=args.max_new_tokens)
-    names = member_names(trace, args.method)
-    method, _ = fork_method(trace, args.method)
-    settings.validate(method, unique_labels(names))  # the run names a second copy qwen#2, as the trace did
-    for name in names:
-        resolve(name)
+    request = fork_request(trace, args.at, args.method, args.force, max_new_tokens=args.max_new_tokens)
+    at, method, names = request.fork["at"], request.method, request.names
     resolve_device(args.device)
     check_distinct_outputs(out=args.out, html=args.html)
     for path in (args.out, args.html):
         if path:
             check_output_file(path)
     pool = ModelPool(device=args.device, runtime=args.runtime)
-    forked, comparison = run_fork(pool.get_many(names), trace, at, args.method, settings, args.force)
+    forked, comparison = complete_fork(request, pool.get_many(names), trace)
     if args.json:  # printed before the files are written: a file that fails does not lose the run
         print(json.dumps({"fork": forked.to_dict(), "comparison": comparison.to_dict()}, ensure_ascii=False), flush=True)
     if args.out:
@@ -78,7 +71,7 @@ def cmd_fork(args) -> int:
     print(comparison.kept)
     print(f"-- the run ({trace.method}) went on:", file=sys.stderr)
     print(comparison.original)
-    forced = f" from the forced key {args.force!r}" if args.force else ""
+    forced = f" from the forced key {request.force!r}" if request.force else ""
     print(f"-- the fork ({label}) went on{forced}:", file=sys.stderr)
     print(comparison.forked)
     if comparison.divergence is None:

@@ -8,9 +8,8 @@ import sys
 import threading
 
 from ..errors import MemberDied, OutputError, SettingsError
-from ..models import DEFAULT_ENSEMBLE, resolve
+from ..models import DEFAULT_ENSEMBLE
 from ..models.device import resolve_device
-from ..models.runtimes import split_runtime
 from ..outputs import check_distinct_outputs, check_output_file, write_output
 from ..readable import DECISION_WORDS, decisions_text, et_text, method_decisions
 from .common import models_arg, read_text, write_document
@@ -46,8 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_generate(args) -> int:
     from ..methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
-    from ..methods.base import clean_prompt
     from ..models import ModelPool
+    from ..preflight import preflight
 
     if args.prompt is not None and args.prompt_file is not None:
         raise SettingsError("Give the prompt once: --prompt TEXT or --prompt-file PATH, not both.")
@@ -57,21 +56,16 @@ def cmd_generate(args) -> int:
     settings = settings_from_args(args)
     names = models_arg(args.models or ("qwen" if args.method == "single" else ",".join(DEFAULT_ENSEMBLE)))
     # Validate before loading anything: bad input or an unwritable --out fails in milliseconds, not after a run.
-    clean_prompt(prompt)
-    bases = [split_runtime(n)[0] for n in names]  # qwen@llamacpp is the member qwen on llama.cpp
-    settings.validate(args.method, bases)
-    for name in bases:
-        resolve(name)
+    request = preflight(prompt, args.method, names, settings)  # qwen@llamacpp is the member qwen on llama.cpp
     resolve_device(args.device)  # a device this machine lacks is refused now, not after the other flags' checks
     check_distinct_outputs(out=args.out, html=args.html)
     for path in (args.out, args.html):
         if path:
             check_output_file(path)
-    backend = backend_from_args(args, members=1 if args.method == "single" else len(names), names=bases)
+    backend = backend_from_args(args, members=1 if args.method == "single" else len(names), names=request.members)
     pool = ModelPool(device=args.device, dtype=args.dtype, runtime=args.runtime, weights=not backend.remote)
-    models = pool.get_many(names)
     stop = threading.Event()
-    job = EnsembleRun(models, prompt, args.method, settings, cancel=stop, backend=backend)
+    job = EnsembleRun.from_request(request, pool.get_many(request.names), cancel=stop, backend=backend)
     color = sys.stdout.isatty() and not args.json and os.environ.get("NO_COLOR") is None
     if color:
         print(legend_line(args.method, job.trace.settings), file=sys.stderr)
@@ -88,7 +82,7 @@ def cmd_generate(args) -> int:
             rec = event.record
             if rec.end <= printed:
                 continue  # another byte token of a character already shown
-            piece, printed = job.run.text[printed : rec.end], rec.end
+            piece, printed = event.text[printed : rec.end], rec.end
             if color and rec.decision in ANSI:
                 piece = ANSI[rec.decision] + piece + "\x1b[0m"
             print(piece, end="", flush=True)

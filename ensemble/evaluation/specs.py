@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from ..capabilities import METHODS, SINGLE, is_one_model
 from ..errors import EnsembleError, EvaluationError
 from ..models.runtimes import split_runtime
+from ..preflight import preflight
 from ..settings import Settings
 from .data import INSTRUCTION
 
@@ -141,9 +142,8 @@ class EvalConfig:
         if any(s.model is None and not s.members for s in self.methods) and not self.models:
             raise EvaluationError("Ensemble methods need --models (e.g. --models qwen,smollm2,gemma3).")
         for spec in self.methods:
-            try:
-                members = [split_runtime(n)[0] for n in spec.model_names(self.models)]  # as the run names them
-                spec.settings(self.settings).validate(spec.method, members)
+            try:  # the prompts come from the questions; the command line resolves the names (saying which flag gave each)
+                preflight(None, spec.method, spec.model_names(self.models), spec.settings(self.settings), resolve_names=False)
             except EnsembleError as exc:
                 raise EvaluationError(f"{spec.label}: {exc}") from exc
         return self

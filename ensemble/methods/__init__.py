@@ -11,6 +11,7 @@ from ..members import Backend
 from ..members.factory import new_runtime
 from ..members.local import LOCAL
 from ..models import LoadedModel
+from ..preflight import RunRequest, check_run
 from ..settings import Settings
 from ..trace import RunTrace, unique_labels
 from .base import RoundEvent, Run, StatusEvent, TokenEvent
@@ -56,7 +57,8 @@ class EnsembleRun:
     ):
         settings = settings or Settings()
         names = unique_names(models)
-        settings.validate(method, names, {n: m.keys.vocab_size for n, m in zip(names, models, strict=True)})
+        vocab_sizes = {n: m.keys.vocab_size for n, m in zip(names, models, strict=True)}
+        prompt, warnings = check_run(prompt, method, names, settings, vocab_sizes)  # as the front ends' preflight
         self.kind = method_class(method)
         if self.kind.capabilities.one_model:
             keep = names.index(settings.drafter) if settings.drafter else 0
@@ -66,8 +68,15 @@ class EnsembleRun:
         backend = backend or LOCAL
         self.adapters = [ModelAdapter(m, n, new_runtime(m, backend)) for m, n in zip(models, names, strict=True)]
         self.backend = backend.for_run([a.runtime for a in self.adapters], self.kind.capabilities.members_at_once)
-        self.run = Run(self.kind, self.adapters, prompt, settings, cancel, self.backend, fork, kept, force)
+        self.run = Run(self.kind, self.adapters, prompt, settings, cancel, self.backend, fork, kept, force, warnings)
         self.trace: RunTrace = self.run.trace
+
+    @classmethod
+    def from_request(cls, request: RunRequest, models: list[LoadedModel], **kwargs) -> EnsembleRun:
+        """The run a front end's :func:`~ensemble.preflight.preflight` checked, on its loaded ``models`` (in the
+        order of ``request.names``); ``kwargs``: ``cancel``, ``backend``."""
+        return cls(models, request.prompt, request.method, request.settings, fork=request.fork, kept=request.kept,
+                   force=request.force, **kwargs)
 
     def withdraw(self, count: int) -> None:
         """After a Stop: keep the first ``count`` tokens, the ones its viewer showed at the click, and finish

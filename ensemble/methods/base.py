@@ -13,7 +13,7 @@ import torch
 from ..adapter import ModelAdapter
 from ..dist import Dist, ProbsDist, summary_size
 from ..errors import Cancelled, InputError
-from ..keys import EOS_KEY, MAX_PROMPT_CHARS, display_key, replace_lone_surrogates
+from ..keys import EOS_KEY, display_key
 from ..members.base import Backend
 from ..members.local import LOCAL
 from ..members.runtime import RunPolicy
@@ -26,7 +26,11 @@ if TYPE_CHECKING:
 
 @dataclass
 class TokenEvent:
+    """A committed token, released to the stream: its ``record`` and the response ``text`` so far (what a viewer
+    draws the record from: ``text[record.start:record.end]``; it covers every record streamed up to this one)."""
+
     record: TokenRecord
+    text: str = ""
 
 
 @dataclass
@@ -47,19 +51,6 @@ class StatusEvent:
 
 CHAR_EXTRA = 3
 """Tokens a run may add beyond its budget to finish a character (a UTF-8 character has at most 4 bytes)."""
-
-
-def clean_prompt(prompt) -> tuple[str, list[str]]:
-    """Validate a prompt; return it (lone surrogates replaced) and any warnings."""
-    if not isinstance(prompt, str):
-        raise InputError("The prompt must be text.")
-    if len(prompt) > MAX_PROMPT_CHARS:
-        raise InputError(f"The prompt has {len(prompt):,} characters; the limit is {MAX_PROMPT_CHARS:,}.")
-    prompt, replaced = replace_lone_surrogates(prompt)
-    warnings = ["The prompt held invalid characters (lone surrogates); they were replaced by '?'."] if replaced else []
-    if not prompt.strip():
-        raise InputError("The prompt is empty: type a question or pick an example.")
-    return prompt, warnings
 
 
 class Chooser:
@@ -120,6 +111,7 @@ class Run:
         fork: dict | None = None,
         kept: str = "",
         force: str = "",
+        warnings: list[str] | None = None,
     ):
         method = kind.capabilities.name
         self.kind, self.method = kind, method
@@ -128,7 +120,7 @@ class Run:
         self.settings = settings
         self.cancel = cancel or threading.Event()
         self.started = time.perf_counter()
-        self.prompt, warnings = clean_prompt(prompt)
+        self.prompt = prompt  # cleaned by EnsembleRun (ensemble.preflight.check_run); ``warnings`` are what it found
         effective = settings.to_dict()
         effective["sharpen"] = settings.sharpen_for(method)
         if kind.capabilities.fusion:
@@ -138,7 +130,7 @@ class Run:
             models=[a.name for a in adapters],
             settings=effective,
             prompt=self.prompt,
-            warnings=warnings,
+            warnings=list(warnings or []),
             created=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             model_info={a.name: {"source": a.loaded.source, **a.loaded.info} for a in adapters},
             drafter=(settings.drafter or adapters[0].name) if kind.capabilities.has_drafter else None,
@@ -309,7 +301,7 @@ class Run:
         safe = len(self.text) - self._stop_prefix_len()
         out = []
         while self._held and self._held[0].end <= safe:
-            out.append(TokenEvent(self._held.pop(0)))
+            out.append(TokenEvent(self._held.pop(0), self.text))
         return out
 
     def withdraw(self, count: int) -> None:
@@ -331,7 +323,7 @@ class Run:
         return len(self.trace.tokens) - len(self._held)
 
     def release_all(self) -> list[TokenEvent]:
-        out = [TokenEvent(r) for r in self._held]
+        out = [TokenEvent(r, self.text) for r in self._held]
         self._held = []
         return out
 

@@ -1,0 +1,178 @@
+"""A run in the Run tab: its preflight, its stream of views (throttled to about 5 a second), the Stop protocol, and
+the "what if" forks of the shown run.
+
+Stop: the button sets the session's flag outside the queue (``stop_run_at``), with the number of tokens the
+browser's strip held at the click; the engine checks the flag before every forward pass and ends the run cleanly,
+and the run keeps exactly the tokens the browser showed (``EnsembleRun.withdraw``). ``busy`` marks what streams,
+so Stop knows whether anything does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import gradio as gr
+
+import visual
+from ensemble.errors import EnsembleError
+from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
+from ensemble.preflight import preflight
+from ensemble.readable import et_text
+from ensemble.trace import RunTrace
+from ui import config
+from ui.controls import settings_from_controls
+from ui.forking import fork_stream
+from ui.replay import final_views
+from ui.views import RunView
+
+STREAM_INTERVAL = 0.2  # seconds between streamed updates (about 5 per second)
+
+
+class Pending:
+    """Committed tokens not on the strip yet, and the response text they are drawn from (the newest event's)."""
+
+    def __init__(self, builder: visual.StripBuilder):
+        self.builder, self.records, self.text = builder, [], ""
+
+    def add(self, event: TokenEvent) -> None:
+        self.records.append(event.record)
+        self.text = event.text
+
+    def drawn(self) -> str:
+        """The strip's HTML of the pending tokens; they are on the strip from now on."""
+        html = self.builder.add(self.records, self.text)
+        self.records.clear()
+        return html
+
+
+@config.gpu
+def run_stream(prompt, method, model_names, drafter, settings_values: dict, request: gr.Request, progress=gr.Progress(),  # noqa: B008
+               runtime: str | None = None):
+    """Stream one run: the strip grows append-only, the other views fill in at the end.
+
+    ``settings_values`` maps a setting's name to its control's value (``ui.controls``)."""
+    session = config.session(request)
+    cancel = session.cancel
+    cancel.clear()
+    session.shown = None  # how many tokens the browser's strip held when Stop was clicked (stop_run_at)
+    # Every yield sends the whole view; Gradio diffs it against the last one, so unchanged outputs cost
+    # nothing and the strip, which only ever grows, goes out as an "append" of its new tokens.
+    view = RunView(strip="", status=visual.status_html("Loading models…"), legend="", stats="", token_table=None,
+                   token_filter="all", rounds="", heatmap=None, weights_plot=None, round_slider=gr.update(value=0),
+                   specem_view=gr.update(visible=False), weights_note="", fork_view="")
+
+    def settings(members: list[str]):  # the drafter box names SAFE's drafter when it is one of the members
+        extra = {"drafter": drafter if drafter in members else None} if method == "safe" and drafter else {}
+        return settings_from_controls(settings_values, **extra)
+
+    try:
+        checked = preflight(prompt, method, model_names, settings, offer=lambda names: config.offered(names, runtime))
+        yield view
+        models = config.load_models(checked.names, progress)
+        job = EnsembleRun.from_request(checked, models, cancel=cancel, backend=config.backend_for(models))
+    except EnsembleError as exc:
+        yield view._replace(strip=visual.error_html(str(exc)), status=visual.status_html(f"⚠️ {exc}"))
+        return
+    session.running, session.trace = job.trace, None
+    running = visual.status_html(" · ".join(job.trace.warnings) or f"Running {method} on {', '.join(job.trace.models)}…")
+    started = view._replace(status=running, legend=visual.legend_html(method, job.trace.models, job.trace.settings))
+    yield started
+    view, pending = started, Pending(visual.StripBuilder(method, job.trace.models))
+    try:
+        for view in stream_tokens(job.events(), started, running, pending, cancel):
+            yield view
+    except Exception as exc:  # noqa: BLE001 - a failing model must not take the app down
+        session.running, session.trace = None, job.trace  # the partial trace stays inspectable
+        if pending.records:  # what was committed before the failure goes on the strip too
+            view = view._replace(strip=view.strip + pending.drawn())
+        kind = "" if isinstance(exc, EnsembleError) else f"The run failed: {type(exc).__name__}: "
+        # every view of the partial trace (its stats, table, rounds), the failure in the status line
+        yield final_views(job.trace, view.strip, f"⚠️ {kind}{exc}. Other runs are not affected." if kind else f"⚠️ {exc}")
+        return
+    if cancel.is_set():  # Stop: the strip and the trace stay as they were at the click
+        job.withdraw(visual.records_drawn(job.trace.tokens, session.shown) if session.shown is not None
+                     else len(job.trace.tokens) - len(pending.records))
+        view = view._replace(strip=visual.strip_html(job.trace))
+    elif pending.records:
+        view = view._replace(strip=view.strip + pending.drawn())
+    trace = job.trace
+    # Keep the trace, drop the run: its adapters hold every model's KV cache.
+    session.running, session.trace = None, trace
+    yield final_views(trace, view.strip, done_message(trace))
+
+
+def stream_tokens(events, view: RunView, running: str, pending: Pending, cancel):
+    """The run's views as its events come: committed tokens about 5 times a second, SpecEM's drafts meanwhile.
+    Tokens not sent yet are left in ``pending`` (the caller adds them to the final view)."""
+    last = 0.0
+    for event in events:
+        if isinstance(event, TokenEvent):
+            pending.add(event)
+        elif isinstance(event, StatusEvent):  # drafts shown before they are decided (SpecEM's vote, SAFE's first round)
+            if pending.records:  # committed tokens go out first: what is on the strip is all that was decided
+                view = view._replace(strip=view.strip + pending.drawn())
+                last = time.perf_counter()
+            view = view._replace(status=visual.status_html(event.message))
+            yield view
+            continue
+        elif isinstance(event, RoundEvent):
+            view = view._replace(status=running)
+        now = time.perf_counter()
+        if cancel.is_set():
+            continue  # Stop was clicked: nothing more goes to the strip (the run ends at its next check)
+        if pending.records and (now - last >= STREAM_INTERVAL or isinstance(event, RoundEvent)):
+            view = view._replace(strip=view.strip + pending.drawn())
+            last = now
+            yield view
+
+
+def done_message(trace: RunTrace) -> str:
+    s = trace.stats
+    done = (
+        f"Done: {s.generated_tokens} tokens, E/T {et_text(s.et_ratio, trace.method, s.rounds)}, {s.latency_s:.1f} s, "
+        f"{s.tokens_per_s:.2f} tokens/s "
+        f"(stop: {s.stop_reason}). Click any token to see why."
+    )
+    if s.stop_reason == "cancelled":
+        done = f"Stopped after {s.generated_tokens} tokens ({s.latency_s:.1f} s). Click any token to see why."
+    if trace.warnings:
+        done = " · ".join(trace.warnings) + " · " + done
+    return done
+
+
+@contextlib.contextmanager
+def busy(request: gr.Request | None):
+    """Marks the session's run, comparison or fork as streaming (so Stop knows whether anything is)."""
+    session = config.session(request)
+    session.busy += 1
+    try:
+        yield
+    finally:
+        session.busy -= 1
+
+
+def stop_run(request: gr.Request):
+    session = config.session(request)
+    if not session.busy:
+        return visual.status_html("Nothing is running: Stop ends a run, a comparison or a fork while it streams.")
+    session.cancel.set()
+    return visual.status_html("Stopping…")
+
+
+def stop_run_at(shown, request: gr.Request):
+    """The Run tab's Stop: ``shown`` is how many tokens the browser's strip held at the click (counted by the
+    button's ``js``, :data:`ui.tabs.STRIP_COUNT_JS`); the run keeps exactly those."""
+    session = config.session(request)
+    if session.busy and isinstance(shown, int | float) and 0 <= shown < 10**7:
+        session.shown = int(shown)
+    return stop_run(request)
+
+
+def fork_selected(method, runtime, request: gr.Request, force: str | None = None):
+    """Continue the shown run from the selected token with ``method`` (``ui.forking``); the run must be finished."""
+    session = config.session(request)
+    trace = session.trace if session.running is None else None
+    selected, index = session.selected or (None, None)
+    yield from fork_stream(trace, index if selected is trace else None, method, lambda names: config.offered(names, runtime),
+                           lambda names: config.load_models(names), config.backend_for, session.cancel, force)
