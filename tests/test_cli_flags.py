@@ -154,9 +154,9 @@ def test_member_resources_make_a_ray_backend_whatever_the_case_of_cpu(monkeypatc
 @pytest.fixture
 def tiny_cli(tiny, monkeypatch):
     """``generate`` in this process, the tiny models standing for qwen, smollm2 and gemma3."""
-    from ensemble.cli import generate
+    from ensemble import preflight
 
-    monkeypatch.setattr(generate, "resolve", lambda name: None)
+    monkeypatch.setattr(preflight, "resolve", lambda name: None)  # the one preflight checks each name is a model
     monkeypatch.setattr(models.ModelPool, "get_many", lambda self, names, *a, **k: [tiny[n] for n in names])
 
 

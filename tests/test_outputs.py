@@ -78,10 +78,10 @@ def test_generate_refuses_one_file_for_out_and_html_before_any_model(tmp_path, c
 @pytest.fixture
 def tiny_cli(tiny, monkeypatch):
     """``generate`` in this process with the tiny models standing for qwen and smollm2."""
-    from ensemble.cli import generate
+    from ensemble import preflight
     from ensemble.models import ModelPool
 
-    monkeypatch.setattr(generate, "resolve", lambda name: None)
+    monkeypatch.setattr(preflight, "resolve", lambda name: None)  # the one preflight checks each name is a model
     monkeypatch.setattr(ModelPool, "get_many", lambda self, names, *a, **k: [tiny[n] for n in names])
 
 
