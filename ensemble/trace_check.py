@@ -9,14 +9,17 @@ rounds whose score matrices fit their candidates. Every refusal is one line sayi
 
 from __future__ import annotations
 
+import gzip
+import io
 import itertools
 import json
 import math
 import re
+import zlib
 
 from .errors import TraceFormatError, name_list
 from .settings import METHODS
-from .trace_values import MAX_MODELS, MAX_PAIRS, MAX_RECORD_CHARS, MAX_ROUNDS, MAX_TOKENS, checkpoint
+from .trace_values import MAX_MODELS, MAX_PAIRS, MAX_RECORD_CHARS, MAX_ROUNDS, MAX_TOKENS, MAX_TRACE_BYTES, checkpoint
 
 MAX_DEPTH = 32  # a real trace nests 8 deep (trace > tokens > token > details > splits > model > piece)
 MAX_VALUES = 4_000_000  # values of every kind, keys included (a 20 MB trace the engine wrote holds about 2,000,000)
@@ -33,6 +36,21 @@ _BYTE_DISPLAY = re.compile(r"<0x([0-9A-F]{2})>")
 # model names the engine writes beside the members': SAFE's fused replacements
 ENGINE_NAMES = ("ensemble",)
 
+
+def unpacked(data: bytes) -> bytes:
+    """A gzip-packed trace (as ``evaluate`` keeps them, ``traces/<method>/<qid>.json.gz``) unpacked, reading at most
+    one byte past the size limit (so a small file that unpacks to gigabytes is refused, not unpacked); other bytes
+    as they are."""
+    if not data.startswith(b"\x1f\x8b"):
+        return data
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as fh:
+            unpacked = fh.read(MAX_TRACE_BYTES + 1)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise TraceFormatError(f"Trace file looks gzip-packed but does not unpack ({type(exc).__name__}).") from exc
+    if len(unpacked) > MAX_TRACE_BYTES:
+        raise TraceFormatError("Trace file unpacks to more than 20 MB; the limit is 20 MB.")
+    return unpacked
 
 def parse(text: str):
     """``json.loads`` for untrusted text, after bounding its depth and size; numbers bounded while parsing."""

@@ -23,6 +23,7 @@ import time
 
 from .errors import TraceFormatError
 
+MAX_TRACE_BYTES = 20 * 1024 * 1024  # a whole trace file, unpacked
 MAX_TOKENS = 20_000  # a run has at most 4,096 new tokens, plus the bytes that finish a character
 MAX_ROUNDS = 20_000
 MAX_MODELS = 64  # also the most candidates and verifiers of a round

@@ -72,22 +72,22 @@ class Single(Method):
         return run_single(run)
 
 
+class _EveryToken(Method):
+    """Fusion at every token; the subclass's capabilities name the fusion (UniTE's top-k union, GaC's vocabulary)."""
+
+    @classmethod
+    def steps(cls, run: Run, **options) -> Iterator:
+        return run_every_token(run, cls.capabilities.fusion)
+
+
 @register
-class UniTE(Method):
+class UniTE(_EveryToken):
     capabilities = CAPABILITIES["unite"]
 
-    @classmethod
-    def steps(cls, run: Run, **options) -> Iterator:
-        return run_every_token(run, cls.capabilities.fusion)
-
 
 @register
-class GaC(Method):
+class GaC(_EveryToken):
     capabilities = CAPABILITIES["gac"]
-
-    @classmethod
-    def steps(cls, run: Run, **options) -> Iterator:
-        return run_every_token(run, cls.capabilities.fusion)
 
 
 @register
