@@ -107,6 +107,11 @@ element.addEventListener('click', (event) => {
   token.classList.add('el-selected');
   history.replaceState(null, '', location.pathname + location.search + '#t=' + token.dataset.i);  // a link to it
   trigger('click', {index: parseInt(token.dataset.i, 10), seq: ++seq});
+  // the explanation is drawn under the strip: where that is below the screen (a phone), scroll just enough to show
+  // its first 300 px, keeping the clicked token in sight
+  const below = (document.getElementById('explanation')?.getBoundingClientRect().top ?? 0) - window.innerHeight + 300;
+  const by = Math.min(below, token.getBoundingClientRect().top - 60);
+  if (by > 0) window.scrollBy({top: by, behavior: 'smooth'});
 });
 """
 
