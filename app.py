@@ -91,7 +91,7 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
     run.round_slider.change(replay.show_round, inputs=[run.round_slider], outputs=[run.heatmap], api_visibility="private")
     run.token_filter.input(replay.filter_tokens, inputs=[run.token_filter], outputs=[run.token_table], api_visibility="private")
     run.model_box.change(tabs.update_drafter, inputs=[run.model_box], outputs=[run.drafter], api_visibility="private")
-    run.method.change(lambda method: gr.update(visible=method == "safe"), inputs=[run.method], outputs=[run.drafter],
+    run.method.change(tabs.drafter_visibility, inputs=[run.method], outputs=[run.drafter],
                       api_visibility="private")  # the drafter box is SAFE's
     run.examples.click(lambda: gr.update(open=False), outputs=[run.examples_box], api_visibility="private")
     for starts in (run.run_button.click, run.prompt.submit):

@@ -87,6 +87,13 @@ def is_segments(method: str | None) -> bool:
     return bool(found and found.segments)
 
 
+def verifies_drafter(method: str | None) -> bool:
+    """Whether ``method`` has one drafter that the other models verify (SAFE), so a user may choose it; False for
+    unknown names."""
+    found = capabilities(method)
+    return bool(found and found.verifies_drafter)
+
+
 def is_one_model(method: str | None) -> bool:
     """Whether ``method`` is the one-model baseline; False for unknown names."""
     found = capabilities(method)

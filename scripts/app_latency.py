@@ -86,6 +86,7 @@ def main() -> None:
 
     import app
     from ensemble.bench import reasoning_prompts
+    from ensemble.capabilities import is_one_model
     from ensemble.members import make_backend
     from ensemble.models import ModelPool
     from ui import config
@@ -114,7 +115,7 @@ def main() -> None:
           f"{'bytes sent':>11} {'final strip':>12} {'largest':>8}")
     for method in args.methods.split(","):
         for runtime in runtimes:
-            chosen = models if method != "single" else models[:1]
+            chosen = models[:1] if is_one_model(method) else models
             runs: dict[str, list] = {b: [] for b in backends}
             for _ in range(args.repeat):  # the same prompt on every backend, the backends interleaved
                 prompt = next(prompts)

@@ -129,3 +129,43 @@ def test_response_tokens_load_without_torch():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def method_name_comparisons(source: str) -> list[str]:
+    """Comparisons of a method-named value (a name or attribute with ``method`` in it) with a method's name written
+    as a string (``method == "safe"``, ``trace.method in ("specem", ...)``): what a method is comes from its declared
+    capabilities (:mod:`ensemble.capabilities`), not from its name."""
+    from ensemble.capabilities import METHODS
+
+    def names_method(node: ast.AST) -> bool:
+        named = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+        return "method" in named.lower()
+
+    def method_string(node: ast.AST) -> bool:
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(method_string(e) for e in node.elts)
+        return isinstance(node, ast.Constant) and node.value in METHODS
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(method_string(o) for o in operands) and any(names_method(o) for o in operands):
+                found.append(ast.unparse(node))
+    return found
+
+
+def test_no_method_name_is_compared_as_a_string_outside_the_registry():
+    """Only the registry and the capabilities table know methods by name; every other module asks a capability."""
+    allowed = {ENGINE / "methods" / "registry.py", ENGINE / "capabilities.py"}
+    sources = [*ENGINE.rglob("*.py"), *(ROOT / "ui").rglob("*.py"), *(ROOT / "visual").rglob("*.py"), ROOT / "app.py",
+               *(ROOT / "scripts").rglob("*.py")]
+    found = {str(p.relative_to(ROOT)): hits for p in sources if p not in allowed
+             for hits in [method_name_comparisons(p.read_text(encoding="utf-8"))] if hits}
+    assert not found, found
+
+
+def test_the_method_name_check_finds_the_comparisons_it_forbids():
+    assert method_name_comparisons('x = method == "safe"\ny = trace.method in ("specem", "unite")') == [
+        "method == 'safe'", "trace.method in ('specem', 'unite')"]
+    assert method_name_comparisons('x = fusion == "gac"\ny = method == other') == []

@@ -15,6 +15,7 @@ from pathlib import Path
 import gradio as gr
 
 import visual
+from ensemble.capabilities import is_segments
 from ensemble.errors import TraceFormatError
 from ensemble.models.runtimes import split_runtime
 from ensemble.settings import METHODS
@@ -28,7 +29,7 @@ from ui.views import ExportView, InspectView, RunView
 
 def final_views(trace: RunTrace, strip: str, status: str) -> RunView:
     """Every view of a finished (or uploaded) trace."""
-    specem = bool(trace.method == "specem" and trace.rounds)
+    specem = bool(is_segments(trace.method) and trace.rounds)
     last_round = max(0, len(trace.rounds) - 1)
     return RunView(
         strip=strip,

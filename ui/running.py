@@ -15,6 +15,7 @@ import time
 import gradio as gr
 
 import visual
+from ensemble.capabilities import verifies_drafter
 from ensemble.errors import EnsembleError
 from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
 from ensemble.preflight import preflight
@@ -63,7 +64,7 @@ def run_stream(prompt, method, model_names, drafter, settings_values: dict, requ
                    specem_view=gr.update(visible=False), weights_note="", fork_view="")
 
     def settings(members: list[str]):  # the drafter box names SAFE's drafter when it is one of the members
-        extra = {"drafter": drafter if drafter in members else None} if method == "safe" and drafter else {}
+        extra = {"drafter": drafter if drafter in members else None} if verifies_drafter(method) and drafter else {}
         return settings_from_controls(settings_values, **extra)
 
     try:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 import visual
+from ensemble.capabilities import verifies_drafter
 from ensemble.models import DEFAULT_ENSEMBLE, DEFAULT_MODELS
 
 from . import png
@@ -440,6 +441,11 @@ def build_results_tab(have_committed_results: bool) -> ResultsTab:
     return ResultsTab(results_file, results_ours, results_view, results_plot_a, results_plot_b, explorer_box, grid_filter,
                       grid_ensemble, grid_order, grid, cell_note, part_qid, part_a, part_b, part_button, part_view,
                       stats_view, stats_plot_a, stats_plot_b, stats_plot_c)
+
+
+def drafter_visibility(method):
+    """The drafter box shows for a method whose one drafter the others verify (SAFE)."""
+    return gr.update(visible=verifies_drafter(method))
 
 
 def update_drafter(model_names):

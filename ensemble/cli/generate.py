@@ -7,6 +7,7 @@ import os
 import sys
 import threading
 
+from ..capabilities import is_one_model
 from ..errors import MemberDied, OutputError, SettingsError
 from ..models import DEFAULT_ENSEMBLE
 from ..models.device import resolve_device
@@ -54,7 +55,7 @@ def cmd_generate(args) -> int:
     if prompt is None:
         raise SettingsError("Give a prompt with --prompt TEXT or --prompt-file PATH.")
     settings = settings_from_args(args)
-    names = models_arg(args.models or ("qwen" if args.method == "single" else ",".join(DEFAULT_ENSEMBLE)))
+    names = models_arg(args.models or ("qwen" if is_one_model(args.method) else ",".join(DEFAULT_ENSEMBLE)))
     # Validate before loading anything: bad input or an unwritable --out fails in milliseconds, not after a run.
     request = preflight(prompt, args.method, names, settings)  # qwen@llamacpp is the member qwen on llama.cpp
     resolve_device(args.device)  # a device this machine lacks is refused now, not after the other flags' checks
@@ -62,7 +63,7 @@ def cmd_generate(args) -> int:
     for path in (args.out, args.html):
         if path:
             check_output_file(path)
-    backend = backend_from_args(args, members=1 if args.method == "single" else len(names), names=request.members)
+    backend = backend_from_args(args, members=1 if is_one_model(args.method) else len(names), names=request.members)
     pool = ModelPool(device=args.device, dtype=args.dtype, runtime=args.runtime, weights=not backend.remote)
     stop = threading.Event()
     job = EnsembleRun.from_request(request, pool.get_many(request.names), cancel=stop, backend=backend)
