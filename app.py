@@ -20,7 +20,7 @@ from ensemble.models import DEFAULT_ENSEMBLE, DEFAULT_MODELS
 from ui import api, comparing, config, links, replay, running, space, tabs, tokenizers
 from ui import results as results_ui
 from ui.sessions import click_data, if_newest
-from ui.views import CompareView, ExportView, ForkView, InspectView, ResultsView, RunView, TokenizerView, outputs, updates
+from ui.view_tuples import CompareView, ExportView, ForkView, InspectView, ResultsView, RunView, TokenizerView, outputs, updates
 
 
 # -- layout and wiring ------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ class Capabilities:
         members_at_once: its members' passes overlap throughout (every member drafts, then every member verifies),
             so members in threads measured faster even with one core each.
         default_sharpen: the sharpening its runs use unless told (``heuristic`` for SAFE, ``none`` otherwise).
-        decisions: the decisions its runs can produce (:mod:`ensemble.readable` words them).
+        decisions: the decisions its runs can produce (:mod:`ensemble.trace.readable` words them).
     """
 
     name: str

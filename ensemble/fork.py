@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 from .capabilities import CAPABILITIES, SINGLE, capabilities
 from .errors import InputError
-from .keys import is_complete, is_control
 from .preflight import RunRequest, preflight
 from .settings import METHODS, Settings
+from .tokens.key_table import is_complete, is_control
 from .trace import RunTrace
 
 DRAFTER_ALONE = "drafter"

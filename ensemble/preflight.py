@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .errors import InputError
-from .keys import MAX_PROMPT_CHARS, replace_lone_surrogates
 from .models.catalogue import resolve
 from .models.runtimes import split_runtime
 from .settings import Settings
+from .tokens.key_table import MAX_PROMPT_CHARS, replace_lone_surrogates
 from .trace import unique_labels
 
 

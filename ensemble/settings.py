@@ -10,13 +10,13 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from .capabilities import CAPABILITIES, METHODS
 from .errors import SettingsError, name_list
-from .trace_values import MAX_PAIRS
+from .trace.values import MAX_PAIRS
 
 FUSIONS = ("unite", "gac")
 SHARPENING = ("none", "heuristic", "geometric")
 SCORINGS = ("logprob", "logit")
 SHARPEN_SCOPES = ("guarded", "vocabulary")
-"""Which keys heuristic sharpening lets absorb (:mod:`ensemble.fusion`): the released code's guards, or any key of
+"""Which keys heuristic sharpening lets absorb (:mod:`ensemble.methods.fusion`): the released code's guards, or any key of
 the drafter's vocabulary."""
 AFTER_KEPT = ("walk-on", "end-round")
 """What SAFE does after an ensembled token that keeps the draft: walk on through the draft, or end the round and

@@ -85,7 +85,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import app
-    from ensemble.bench import reasoning_prompts
+    from ensemble.bench.measure import reasoning_prompts
     from ensemble.capabilities import is_one_model
     from ensemble.members import make_backend
     from ensemble.models import ModelPool

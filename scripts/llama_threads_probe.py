@@ -38,7 +38,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=128)
     args = parser.parse_args()
-    from ensemble.bench import reasoning_prompts
+    from ensemble.bench.measure import reasoning_prompts
     from ensemble.models import ModelPool, quiet_progress
 
     prompt = reasoning_prompts(None, 1, 0)[1][0]

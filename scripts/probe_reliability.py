@@ -189,7 +189,7 @@ def session_memory(ctx):
         return None, f"not tried: needs {CHROMIUM} and the app started by this script"
     from playwright.sync_api import sync_playwright
 
-    from ensemble.trace_values import MAX_PAIRS
+    from ensemble.trace.values import MAX_PAIRS
 
     data = trace_text()  # as large as a trace may be where it matters: every token's top-k list at its 5,000 cap
     for i, token in enumerate(data["tokens"]):

@@ -21,8 +21,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ensemble.adapter import ModelAdapter
-from ensemble.bench import PROMPTS
+from ensemble.bench.measure import PROMPTS
+from ensemble.methods.member import ModelAdapter
 from ensemble.models import load, quiet_progress
 
 ROUNDS, LOOKAHEAD = 8, 5

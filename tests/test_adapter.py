@@ -9,8 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ensemble.adapter import ModelAdapter
 from ensemble.methods import EnsembleRun
+from ensemble.methods.member import ModelAdapter
 from ensemble.settings import Settings
 
 PROMPTS = ["Sofia went to Plovdiv in 1999. Where did she go?", "Write a haiku about 中文 and 🙂."]

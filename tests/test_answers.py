@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ensemble.answers import extract_answer, gold_answer, normalize_number, same_number
+from ensemble.evaluation.answers import extract_answer, gold_answer, normalize_number, same_number
 
 CASES = [
     # the instructed ending

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ensemble.bench import bench_methods
-from ensemble.bench_report import format_report
+from ensemble.bench.measure import bench_methods
+from ensemble.bench.report import format_report
 
 
 def test_methods_report_accounts_for_forward_time_and_draft_waste(tiny):
@@ -34,7 +34,7 @@ def test_methods_report_accounts_for_forward_time_and_draft_waste(tiny):
 def test_reasoning_section_uses_evaluates_questions_and_counts_replacements(tiny, tmp_path):
     import json
 
-    from ensemble.bench import reasoning_prompts
+    from ensemble.bench.measure import reasoning_prompts
     from ensemble.evaluation import INSTRUCTION
 
     data = tmp_path / "q.jsonl"

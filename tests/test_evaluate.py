@@ -18,7 +18,6 @@ import pytest
 
 import visual
 from ensemble import methods as engine
-from ensemble.answers import extract_answer, same_number
 from ensemble.cli.report import write_html_report
 from ensemble.errors import InputError
 from ensemble.evaluation import (
@@ -40,6 +39,7 @@ from ensemble.evaluation import (
     summarize,
     wilson_interval,
 )
+from ensemble.evaluation.answers import extract_answer, same_number
 from ensemble.settings import Settings
 from ensemble.trace import RunStats, RunTrace, TokenRecord
 

@@ -16,13 +16,13 @@ import pytest
 import visual
 from ensemble.cli.parser import main as cli_main
 from ensemble.cli.report import write_html_report
-from ensemble.decisions import Decision
 from ensemble.errors import EvaluationError
 from ensemble.evaluation import rebuild_report
 from ensemble.evaluation.decision_stats import decision_stats, string_kind
 from ensemble.evaluation.divergence import answers_divergence, divergence, token_at
 from ensemble.evaluation.explorer import FILTERS, cell_of, filter_questions, open_folder
 from ensemble.evaluation.traces import NO_TRACES
+from ensemble.trace.decisions import Decision
 from visual.evalreport import answer_page
 from visual.evalstats import blocked_table as visual_blocked_table
 from visual.evalstats import stats_figures as visual_stats_figures

@@ -12,9 +12,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ensemble.align import compare
-from ensemble.fusion import Fuser
-from ensemble.keys import KeyTable
+from ensemble.methods.fusion import Fuser
+from ensemble.tokens.align import compare
+from ensemble.tokens.key_table import KeyTable
 
 # Any character outside the surrogate block, with extra weight on the troublesome ones.
 ANY_CHAR = st.characters(codec="utf-8", exclude_categories=("Cs",))
@@ -79,7 +79,7 @@ def test_fusion_always_gives_a_distribution(tables, seed, scale, fusion, sharpen
 @given(keys=st.lists(st.sampled_from(["S", "So", "Sof", "Sofia", " went", "1", "19", "199", "\n", "中"]), min_size=1, max_size=10, unique=True),
        seed=st.integers(0, 10_000))
 def test_heuristic_sharpening_keeps_a_distribution(keys, seed):
-    from ensemble.fusion import heuristic_sharpen
+    from ensemble.methods.fusion import heuristic_sharpen
 
     probs = torch.rand(len(keys), generator=torch.Generator().manual_seed(seed)) + 1e-3
     probs /= probs.sum()
@@ -101,7 +101,7 @@ def test_heuristic_sharpening_keeps_a_distribution(keys, seed):
     k=st.integers(1, 12),
 )
 def test_gac_from_row_summaries_equals_gac_over_the_whole_union(tables, seed, scale, sharpen, k):
-    """What a member sends (:mod:`ensemble.dist`) decides GaC exactly: the same choice and the same recorded top-k
+    """What a member sends (:mod:`ensemble.tokens.distribution`) decides GaC exactly: the same choice and the same recorded top-k
     (values to float32 rounding) as fusing whole rows over the union vocabulary, peaked rows and flat ones."""
     names = list(tables)
     generator = torch.Generator().manual_seed(seed)
@@ -120,7 +120,7 @@ def test_gac_from_member_summaries_reads_a_few_numbers_and_decides_alike(tables)
     """GaC over distributions from member processes (summaries, other ids fetched) on peaked rows: the fused record
     equals the one from whole rows in this process, the summaries decided it (no whole row was sent), and the members
     were asked for a few hundred numbers, not 460k."""
-    from ensemble.dist import FullDist, RowMath, SizedDist, summary_size
+    from ensemble.tokens.distribution import FullDist, RowMath, SizedDist, summary_size
 
     names = list(tables)
     generator = torch.Generator().manual_seed(7)

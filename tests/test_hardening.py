@@ -8,11 +8,11 @@ import threading
 import pytest
 
 from ensemble.errors import InputError, SettingsError
-from ensemble.keys import MAX_PROMPT_CHARS
 from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
 from ensemble.preflight import clean_prompt
 from ensemble.settings import Settings
-from ensemble.trace_values import MAX_PAIRS
+from ensemble.tokens.key_table import MAX_PROMPT_CHARS
+from ensemble.trace.values import MAX_PAIRS
 
 PROMPT = "Sofia went to Plovdiv in 1999. Where did Sofia go?"
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ensemble.align import compare
-from ensemble.keys import EOS_KEY, KeyTable, display_key, is_complete, key_from_bytes, key_to_bytes
+from ensemble.tokens.align import compare
+from ensemble.tokens.key_table import EOS_KEY, KeyTable, display_key, is_complete, key_from_bytes, key_to_bytes
 
 # Text that stresses tokenizers: emoji (multi-byte, ZWJ), CJK, combining marks, RTL, newlines, digits.
 ALPHABET = st.sampled_from(

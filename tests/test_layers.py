@@ -123,7 +123,7 @@ def test_response_tokens_load_without_torch():
     (a member backend in another process or runtime) needs no model library."""
     code = (
         "import sys\n"
-        "import ensemble.response, ensemble.keys\n"
+        "import ensemble.tokens.response, ensemble.tokens.key_table\n"
         "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from ensemble.errors import SettingsError
-from ensemble.fusion import Fuser, heuristic_sharpen
-from ensemble.keys import KeyTable
 from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, generate
+from ensemble.methods.fusion import Fuser, heuristic_sharpen
 from ensemble.methods.specem import hedge_rewards, hedge_update, verifier_scores, word_cut
 from ensemble.settings import Settings
+from ensemble.tokens.key_table import KeyTable
 
 PROMPT = "Sofia went to Plovdiv in 1999. Where did Sofia go, and when? Answer in one sentence that starts with her name."
 
@@ -221,8 +221,8 @@ def _separate_scores(adapter, context, blocks):
 
 
 def _inline_check(loaded, text, candidates):
-    from ensemble.adapter import ModelAdapter
     from ensemble.methods.inline import score_inline
+    from ensemble.methods.member import ModelAdapter
 
     adapter = ModelAdapter(loaded)
     adapter.start(PROMPT)

@@ -1,5 +1,5 @@
 """Output files are written whole or not at all, name the file when they fail, and never lose a run: the
-atomic writer (``ensemble.outputs``) and the command line's use of it, in process with the tiny models."""
+atomic writer (``ensemble.files``) and the command line's use of it, in process with the tiny models."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from ensemble import outputs
+from ensemble import files as outputs
 from ensemble.cli import main
 from ensemble.errors import OutputError
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from ensemble.errors import SettingsError
-from ensemble.fusion import Fuser
 from ensemble.methods import EnsembleRun, RoundEvent, generate
+from ensemble.methods.fusion import Fuser
 from ensemble.settings import Settings
 
 PROMPT = "Sofia went to Plovdiv in 1999. Where did Sofia go, and when? Answer in one sentence that starts with her name."

@@ -265,8 +265,8 @@ def test_stop_frees_the_run_within_one_pass_and_the_next_run_is_clean(embedded):
 
 
 def test_cancel_flag_raises_before_the_next_forward_pass(tiny):
-    from ensemble.adapter import ModelAdapter
     from ensemble.members import RunPolicy
+    from ensemble.methods.member import ModelAdapter
 
     adapter = ModelAdapter(tiny["smollm2"])
     adapter.start("hi")
@@ -432,7 +432,7 @@ def test_twenty_runs_do_not_grow_memory(client):
 
 def test_tokenize_text_length_limit_is_the_prompt_limit(client):
     """/tokenize and the Tokenizers tab take what the app takes as a prompt (200,000 characters) and say so past it."""
-    from ensemble.keys import MAX_PROMPT_CHARS
+    from ensemble.tokens.key_table import MAX_PROMPT_CHARS
     from ui import tokenizers
 
     at_limit = ("Sofia went to Plovdiv. " * (MAX_PROMPT_CHARS // 23 + 1))[:MAX_PROMPT_CHARS]

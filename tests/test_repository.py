@@ -82,7 +82,7 @@ def test_no_tracked_file_names_a_path_outside_the_repository():
 
 
 def test_the_gsm8k_test_set_ships_with_its_licence_and_is_the_default_data():
-    from ensemble.bench import reasoning_prompts
+    from ensemble.bench.measure import reasoning_prompts
     from ensemble.cli.parser import build_parser
     from ensemble.evaluation import GSM8K_TEST, load_questions
 

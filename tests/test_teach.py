@@ -140,7 +140,7 @@ def test_the_legend_lists_only_what_this_run_can_produce_and_the_end_only_when_i
 
 
 def test_one_format_for_e_t_and_specem_says_it_votes():
-    from ensemble.readable import et_text
+    from ensemble.trace.readable import et_text
 
     assert et_text(0.12, "safe") == "12.0%" and et_text(0.0938, "unite") == "9.4%" and et_text(None, "safe") == "–"
     assert et_text(0.0, "specem", 3) == "votes on every segment (3 rounds)"
@@ -278,7 +278,7 @@ def test_what_if_keys_are_the_top_k_but_the_chosen_one_and_escaped():
 
 def test_the_cli_speaks_words_a_legend_and_carets():
     from ensemble.cli.generate import legend_line
-    from ensemble.readable import caret_lines, decisions_text
+    from ensemble.trace.readable import caret_lines, decisions_text
 
     assert decisions_text({"consensus": 30, "oov_blocked": 4}) == "consensus 30, blocked: tokenizer mismatch 4"
     line = legend_line("safe", {"fusion": "unite", "gac_gate": 0.5})

@@ -48,7 +48,7 @@ def test_models_do_not_start_a_response_with_whitespace(embedded):
     """The one kind of opening that merges with the template's newline is whitespace; no model starts so."""
     import torch
 
-    from ensemble.adapter import ModelAdapter
+    from ensemble.methods.member import ModelAdapter
 
     prompts = [PROMPT, "Write a Python function that returns the n-th Fibonacci number.", "Где находится Пловдив?"]
     for name, model in embedded.items():

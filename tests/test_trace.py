@@ -90,7 +90,7 @@ def test_untrusted_files_are_refused_clearly():
 @pytest.mark.parametrize("name", ["single", "safe", "safe_math", "unite", "gac", "specem"])
 def test_version_1_and_its_version_2_round_trip_render_the_same(name):
     import visual
-    from ensemble.decisions import DETAILS as types
+    from ensemble.trace.decisions import DETAILS as types
 
     v1 = RunTrace.from_json((FIXTURES / f"{name}.json").read_text(encoding="utf-8"))
     data = json.loads(v1.to_json())

@@ -14,8 +14,8 @@ import pytest
 
 from ensemble.errors import TraceFormatError
 from ensemble.trace import RunTrace
-from ensemble.trace_read import read_trace
-from ensemble.trace_values import MAX_PAIRS
+from ensemble.trace.read import read_trace
+from ensemble.trace.values import MAX_PAIRS
 from ui.sessions import Sessions, trace_bytes
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -68,7 +68,7 @@ def test_escaped_quotes_are_refused_in_well_under_a_second(size):
     ],
 )
 def test_the_scan_reads_strings_as_json_does(text, message):
-    from ensemble import trace_check
+    from ensemble.trace import check as trace_check
 
     if message is None:
         assert isinstance(trace_check.parse(text), list)
@@ -88,7 +88,7 @@ def test_a_huge_top_k_list_is_refused_before_any_record_is_built():
 
 @pytest.mark.parametrize("shape", ["pairs", "numbers", "object"])
 def test_a_huge_list_in_one_record_is_refused_by_the_scan_before_parsing(monkeypatch, shape):
-    from ensemble import trace_check
+    from ensemble.trace import check as trace_check
 
     data = heavy_pairs(1)
     many = 120_000  # over 1.3 MB of lists and numbers outside strings in one token: more than a whole record may hold

@@ -659,7 +659,7 @@ def test_compare_frame_and_figure():
 
 # -- tokenizers tab -------------------------------------------------------------------------------------------
 def comparison() -> dict:
-    """``ensemble.align.compare`` output for 'Sofia 🙂 東京' (qwen, smollm2, gemma3), written out by hand."""
+    """``ensemble.tokens.align.compare`` output for 'Sofia 🙂 東京' (qwen, smollm2, gemma3), written out by hand."""
 
     def toks(rows):
         return [{"id": i, "text": t, "start": s, "end": e, "bytes": b} for i, (t, s, e, b) in enumerate(rows)]
@@ -912,7 +912,7 @@ def test_visual_imports_no_model_code():
         for line in path.read_text(encoding="utf-8").splitlines():
             if re.match(r"\s*(from|import)\s+(ensemble|torch|transformers|gradio)\b", line):
                 # the trace, key tables, readable text and the methods' declared capabilities: all torch-free
-                assert re.match(r"\s*from ensemble\.(trace|keys|readable|capabilities) import ", line), f"{path.name}: {line}"
+                assert re.match(r"\s*from ensemble\.(trace|trace\.readable|tokens\.key_table|capabilities) import ", line), f"{path.name}: {line}"
     code = "import sys, visual; bad = [m for m in ('torch', 'transformers', 'gradio') if m in sys.modules]; assert not bad, bad"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": ""})
 

@@ -1,6 +1,6 @@
 """The app's user interface: what ``app.py`` wires together.
 
-The layout (``tabs``, ``controls``, ``views``: one builder per tab, each returning its components in a small
+The layout (``tabs``, ``controls``, ``view_tuples``: one builder per tab, each returning its components in a small
 dataclass, and the named tuples a handler fills) and the handlers behind it: the server's configuration and
 singletons (``config``), the session state (``sessions``), a run with its Stop and forks (``running``,
 ``forking``), a shown trace with its files (``replay``), Compare (``comparing``), Tokenizers (``tokenizers``),

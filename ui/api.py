@@ -15,7 +15,7 @@ from ensemble.methods import EnsembleRun
 from ensemble.models import DEFAULT_ENSEMBLE, DEFAULT_MODELS
 from ensemble.preflight import preflight
 from ensemble.settings import Settings
-from ensemble.trace_read import read_trace
+from ensemble.trace.read import read_trace
 from ui import config
 from ui.api_args import settings_object, token_number
 from ui.tokenizers import comparison

@@ -18,7 +18,7 @@ from ensemble.trace import RunTrace
 from ui import config
 from ui.controls import settings_from_controls
 from ui.sessions import click_data
-from ui.views import CompareView
+from ui.view_tuples import CompareView
 
 
 @config.gpu

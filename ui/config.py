@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 
-from ensemble.access import offered_members
 from ensemble.members import backend_from_env, make_backend, warm
 from ensemble.models import DEFAULT_MODELS, EMBEDDED, GPU_PRESETS, ModelPool
+from ensemble.models.access import offered_members
 from ensemble.models.runtimes import RUNTIMES, llamacpp_available, runtime_from_env
 from ui.files import project_file
 from ui.sessions import Session, Sessions

@@ -17,7 +17,7 @@ from ensemble.methods import EnsembleRun, TokenEvent
 from ensemble.models.runtimes import split_runtime
 from ensemble.trace import RunTrace
 
-from .views import ForkView
+from .view_tuples import ForkView
 
 STREAM_INTERVAL = 0.25
 

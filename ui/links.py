@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from urllib.parse import urlencode
 
 from ensemble.errors import SettingsError
-from ensemble.keys import MAX_PROMPT_CHARS
 from ensemble.settings import METHODS, check_value, default_of, specs
+from ensemble.tokens.key_table import MAX_PROMPT_CHARS
 
 from .controls import control_names, initial_value, settings_values
 from .preload import PRELOAD_PLOTLY_JS

@@ -20,11 +20,11 @@ from ensemble.errors import TraceFormatError
 from ensemble.models.runtimes import split_runtime
 from ensemble.settings import METHODS
 from ensemble.trace import MAX_TRACE_BYTES, RunTrace
-from ensemble.trace_read import read_trace
+from ensemble.trace.read import read_trace
 from ui import config, space, tabs
 from ui.controls import control_values
 from ui.sessions import if_newest
-from ui.views import ExportView, InspectView, RunView
+from ui.view_tuples import ExportView, InspectView, RunView
 
 
 def final_views(trace: RunTrace, strip: str, status: str) -> RunView:

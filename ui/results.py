@@ -24,7 +24,7 @@ from visual.explorer import answer_html, divergence_html, grid_html
 
 from .api_args import without_path
 from .files import project_file
-from .views import KEEP, ResultsView
+from .view_tuples import KEEP, ResultsView
 
 COMMITTED_RUN = project_file("docs/results/gsm8k-60-traced/")
 """The project's GSM8K run with every answer's trace (docs/results.md), opened by the tab's button."""

@@ -19,13 +19,13 @@ from ensemble.capabilities import verifies_drafter
 from ensemble.errors import EnsembleError
 from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
 from ensemble.preflight import preflight
-from ensemble.readable import et_text
 from ensemble.trace import RunTrace
+from ensemble.trace.readable import et_text
 from ui import config
 from ui.controls import settings_from_controls
 from ui.forking import fork_stream
 from ui.replay import final_views
-from ui.views import RunView
+from ui.view_tuples import RunView
 
 STREAM_INTERVAL = 0.2  # seconds between streamed updates (about 5 per second)
 

@@ -1,5 +1,5 @@
 """One builder per tab of the app. Each lays its tab out and returns its components in a dataclass, named as
-the fields of the views in :mod:`ui.views` that fill them. The element ids are what the browser tests use."""
+the fields of the views in :mod:`ui.view_tuples` that fill them. The element ids are what the browser tests use."""
 
 from __future__ import annotations
 

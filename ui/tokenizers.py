@@ -8,10 +8,10 @@ from pathlib import Path
 import gradio as gr
 
 import visual
-from ensemble.align import compare
 from ensemble.errors import EnsembleError
+from ensemble.tokens.align import compare
 from ui import config
-from ui.views import TokenizerView
+from ui.view_tuples import TokenizerView
 
 
 def comparison(text, model_names) -> dict:

@@ -1,6 +1,6 @@
 """Ensemble Lens visualisation: traces in, HTML strings, plotly figures and pandas tables out.
 
-Never touches a model: the only engine imports are :mod:`ensemble.trace` and :mod:`ensemble.keys`. Every
+Never touches a model: the only engine imports are :mod:`ensemble.trace` and :mod:`ensemble.tokens.key_table`. Every
 string from a trace reaches HTML through :func:`visual.escape.safe` (model output is untrusted).
 """
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ensemble.keys import EOS_KEY
+from ensemble.tokens.key_table import EOS_KEY
 from ensemble.trace import DrafterDetails, RunTrace, TokenRecord, finite
 
 MAX_WINDOW = 160  # characters around a decision; caps what a malformed uploaded trace can make us draw

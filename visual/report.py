@@ -151,7 +151,7 @@ def report_document(rows: list[dict], title: str, meta: dict, extra_html: str = 
 
 def write_report(rows: list[dict], path, title: str, meta: dict, extra_html: str = "", extra_figures: list | None = None) -> None:
     """Write :func:`report_document` to ``path`` (its folder made if needed). The command line writes the
-    document through its atomic writer instead (``ensemble.outputs``)."""
+    document through its atomic writer instead (``ensemble.files``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(report_document(rows, title, meta, extra_html, extra_figures), encoding="utf-8")

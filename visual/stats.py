@@ -9,8 +9,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ensemble.readable import DECISION_WORDS, et_text
 from ensemble.trace import DECISIONS, RunTrace
+from ensemble.trace.readable import DECISION_WORDS, et_text
 
 from . import records as rd
 from .charts import hover_table, label, style, unique

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ensemble.capabilities import is_one_model, is_segments
-from ensemble.keys import display_key
+from ensemble.tokens.key_table import display_key
 from ensemble.trace import ConsensusDetails, Decision, GatedDetails, OovBlockedDetails, RunTrace, TokenRecord
 
 from . import records as rd

@@ -8,7 +8,7 @@ tints, so text keeps the theme's own colour on light and dark themes alike.
 from __future__ import annotations
 
 from ensemble.capabilities import is_segments
-from ensemble.readable import method_decisions
+from ensemble.trace.readable import method_decisions
 
 from .escape import safe
 

@@ -1,6 +1,6 @@
 """The tokenizer teaching tab: how several tokenizers cut one text, on one character axis.
 
-Input is :func:`ensemble.align.compare`'s dict (or one of the same shape built by hand).
+Input is :func:`ensemble.tokens.align.compare`'s dict (or one of the same shape built by hand).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``python -m ensemble bench``: the speed of every method on the embedded models (measured by :mod:`ensemble.bench`)."""
+"""``python -m ensemble bench``: the speed of every method on the embedded models (measured by :mod:`ensemble.bench.measure`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import json
 
 from .. import settings
-from ..bench import (
+from ..bench.measure import (
     DEFAULT_DATA,
     PROMPTS,
     SECTIONS,
@@ -20,7 +20,7 @@ from ..bench import (
     log,
     reasoning_prompts,
 )
-from ..bench_report import format_report
+from ..bench.report import format_report
 from ..errors import SettingsError
 from ..models import DEFAULT_ENSEMBLE
 from ..models.device import resolve_device

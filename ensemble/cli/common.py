@@ -34,6 +34,6 @@ def write_document(path: str, view: str, *args) -> None:
     The command line may draw with ``visual``; it is imported here, when asked for, never by the engine."""
     import visual
 
-    from ..outputs import write_output
+    from ..files import write_output
 
     write_output(path, getattr(visual, view)(*args))

@@ -20,11 +20,10 @@ from ..evaluation import (
     select_questions,
     shown_path,
 )
-from ..files import file_sha256
+from ..files import check_output_folder, file_sha256
 from ..models import DEFAULT_ENSEMBLE, ModelPool, resolve
 from ..models.device import resolve_device
 from ..models.runtimes import split_runtime
-from ..outputs import check_output_folder
 from .common import models_arg
 from .options import add_backend_options, add_dtype_option, add_engine_options, backend_from_args, settings_from_args
 from .report import print_summary, write_html_report

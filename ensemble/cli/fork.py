@@ -13,9 +13,9 @@ import sys
 
 from ..capabilities import is_one_model
 from ..errors import TraceFormatError
+from ..files import check_distinct_outputs, check_output_file, write_output
 from ..fork import DRAFTER_ALONE, FORK_METHODS
 from ..models.device import resolve_device
-from ..outputs import check_distinct_outputs, check_output_file, write_output
 from .common import read_bytes, write_document
 from .options import add_runtime_option
 

@@ -9,10 +9,10 @@ import threading
 
 from ..capabilities import is_one_model
 from ..errors import MemberDied, OutputError, SettingsError
+from ..files import check_distinct_outputs, check_output_file, write_output
 from ..models import DEFAULT_ENSEMBLE
 from ..models.device import resolve_device
-from ..outputs import check_distinct_outputs, check_output_file, write_output
-from ..readable import DECISION_WORDS, decisions_text, et_text, method_decisions
+from ..trace.readable import DECISION_WORDS, decisions_text, et_text, method_decisions
 from .common import models_arg, read_text, write_document
 from .options import add_backend_options, add_dtype_option, add_engine_options, backend_from_args, settings_from_args
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from ..evaluation import rebuild_report, report_meta
-from ..outputs import write_output
+from ..files import write_output
 
 
 def write_html_report(out: str | os.PathLike, summary: list[dict], meta: dict, pages: str = "none") -> bool:

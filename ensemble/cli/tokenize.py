@@ -6,9 +6,9 @@ import argparse
 import json
 
 from ..errors import SettingsError
+from ..files import check_output_file
 from ..models import DEFAULT_MODELS
-from ..outputs import check_output_file
-from ..readable import caret_lines
+from ..trace.readable import caret_lines
 from .common import models_arg, read_text, write_document
 
 
@@ -24,8 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_tokenize(args) -> int:
-    from ..align import compare
     from ..models import ModelPool
+    from ..tokens.align import compare
 
     text = read_text(args.file, "surrogateescape") if args.file else args.text  # stray bytes stay visible
     if text is None:

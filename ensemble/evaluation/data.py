@@ -8,8 +8,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..answers import gold_answer
 from ..errors import EvaluationError
+from .answers import gold_answer
 
 INSTRUCTION = "Solve it step by step, then finish with 'The answer is N.' where N is the final number."
 """Appended to every question (after a newline) so that models end with an answer we can extract."""

@@ -18,8 +18,8 @@ import re
 from collections import Counter
 
 from ..capabilities import capabilities
-from ..decisions import Decision, OovBlockedDetails
 from ..models.runtimes import split_runtime
+from ..trace.decisions import Decision, OovBlockedDetails
 from .explorer import Folder
 
 CHECKED = {Decision.CONSENSUS, Decision.OOV_BLOCKED, Decision.ENSEMBLED_KEPT, Decision.ENSEMBLED_REPLACED, Decision.GATED}

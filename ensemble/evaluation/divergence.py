@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..decisions import CheckedDetails, Decision, FusedDetails, GatedDetails, OovBlockedDetails
 from ..errors import EvaluationError
 from ..fork import compare_texts
 from ..trace import RunTrace, TokenRecord
+from ..trace.decisions import CheckedDetails, Decision, FusedDetails, GatedDetails, OovBlockedDetails
 
 
 def token_at(trace: RunTrace, char: int) -> int | None:

@@ -7,7 +7,7 @@ import csv
 import os
 from pathlib import Path
 
-from ..outputs import atomic_output, write_output
+from ..files import atomic_output, write_output
 from .data import INSTRUCTION
 from .summary import SUMMARY_FIELDS, segment_summary
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from ..answers import extract_answer, same_number
+from .answers import extract_answer, same_number
 from .data import Question
 
 ROW_FIELDS = ["qid", "method", "prediction", "gold", "correct", "tokens", "et_ratio", "latency_s", "tokens_per_s",

@@ -11,8 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from ..errors import EvaluationError
-from ..files import file_lock
-from ..outputs import atomic_output, write_output
+from ..files import atomic_output, file_lock, write_output
 from .scoring import LATER_ROW_FIELDS, ROW_FIELDS, looping
 
 

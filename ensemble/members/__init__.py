@@ -1,7 +1,7 @@
 """Members: where and how each member's forward passes run.
 
-A run's methods talk to every member through a :class:`~ensemble.adapter.ModelAdapter`: the text side
-(:class:`~ensemble.response.ResponseTokens`) always lives in the coordinating process, the model side (a
+A run's methods talk to every member through a :class:`~ensemble.methods.member.ModelAdapter`: the text side
+(:class:`~ensemble.tokens.response.ResponseTokens`) always lives in the coordinating process, the model side (a
 :class:`~.runtime.Runtime`: forward passes and KV cache, built by :func:`~.factory.new_runtime`) lives where the
 backend puts it:
 

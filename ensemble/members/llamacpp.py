@@ -43,7 +43,7 @@ import torch
 
 from ..errors import EnsembleError, ModelLoadError
 from ..models.gguf import GGUFWeights, lib
-from ..response import common_prefix
+from ..tokens.response import common_prefix
 from .runtime import ForwardStats, Runtime
 
 MAX_BLOCKS = 15

@@ -16,8 +16,8 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from ..dist import SUMMARY, Dist, FullDist
 from ..errors import Cancelled
+from ..tokens.distribution import SUMMARY, Dist, FullDist
 
 if TYPE_CHECKING:
     import torch
@@ -38,7 +38,7 @@ class RunPolicy:
 
     Attributes:
         cancel: the run's Stop flag, checked before every forward pass (None: never stopped).
-        summary_size: ids of a row summary a member process sends (from UniTE's k, :func:`ensemble.dist.summary_size`).
+        summary_size: ids of a row summary a member process sends (from UniTE's k, :func:`ensemble.tokens.distribution.summary_size`).
         full_rows: whole rows from a member process (a sampled run, GaC's geometric mean read them).
         rows_kept: passes whose rows a member process keeps for later questions (SAFE's drafter: its round and the next).
         threads: threads of this member's passes (its role in the run); None: the runtime's own default.
@@ -99,7 +99,7 @@ class Runtime:
 
     def dists(self, ids, positions) -> list[Dist]:
         """The next-token distributions after ``positions`` of ``ids`` as the methods read them: whole rows in this
-        process (:class:`~ensemble.dist.FullDist`)."""
+        process (:class:`~ensemble.tokens.distribution.FullDist`)."""
         return [FullDist(row, self.policy.summary_size) for row in self.rows(ids, positions)]
 
     def draft_greedy(self, ids: list[int], n: int, stop: set[int]) -> list[tuple[int, Dist]]:

@@ -4,7 +4,7 @@ prefix it shares.
 :class:`CachedModel` (a :class:`~ensemble.members.runtime.Runtime`) knows nothing about text: it is asked for the logits at some positions of an id sequence
 (``rows``) and computes only what its cache does not already hold, after cropping the cache back to the
 longest prefix shared with that sequence (``DynamicCache.crop``). This is the runtime side of a member; the
-text side is :class:`ensemble.response.ResponseTokens`.
+text side is :class:`ensemble.tokens.response.ResponseTokens`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
-from ..response import common_prefix
+from ..tokens.response import common_prefix
 from .runtime import ForwardStats, Runtime
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 
-from ..adapter import ModelAdapter
 from ..errors import Cancelled, MemberDied
 from ..members import Backend
 from ..members.factory import new_runtime
@@ -15,6 +14,7 @@ from ..preflight import RunRequest, check_run
 from ..settings import Settings
 from ..trace import RunTrace, unique_labels
 from .base import RoundEvent, Run, StatusEvent, TokenEvent
+from .member import ModelAdapter
 from .registry import REGISTRY, Method, method_class
 
 __all__ = ["REGISTRY", "EnsembleRun", "Method", "RoundEvent", "StatusEvent", "TokenEvent", "generate", "method_class", "unique_names"]

@@ -10,15 +10,15 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..adapter import ModelAdapter
-from ..dist import Dist, ProbsDist, summary_size
 from ..errors import Cancelled, InputError
-from ..keys import EOS_KEY, display_key
 from ..members.base import Backend
 from ..members.local import LOCAL
 from ..members.runtime import RunPolicy
 from ..settings import Settings
+from ..tokens.distribution import Dist, ProbsDist, summary_size
+from ..tokens.key_table import EOS_KEY, display_key
 from ..trace import Decision, Details, DrafterDetails, FusionRecord, RoundRecord, RunTrace, TokenRecord
+from .member import ModelAdapter
 
 if TYPE_CHECKING:
     from .registry import Method

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..decisions import FusedDetails, GatedDetails
-from ..fusion import Fuser
-from ..keys import EOS_KEY
+from ..tokens.key_table import EOS_KEY
 from ..trace import Decision
+from ..trace.decisions import FusedDetails, GatedDetails
 from .base import Chooser, Run, model_topk
 from .follow import follow_key, record_followed
+from .fusion import Fuser
 
 
 def run_every_token(run: Run, fusion: str) -> Iterator:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import torch
 
-from ..adapter import ModelAdapter
-from ..dist import Dist
-from ..keys import is_complete, is_control
+from ..tokens.distribution import Dist
+from ..tokens.key_table import is_complete, is_control
 from ..trace import Decision
 from .base import Run
+from .member import ModelAdapter
 
 
 def follow_key(adapters: list[ModelAdapter], dists: list[Dist], text: str, key: str) -> tuple[str, ModelAdapter | None, int]:

@@ -9,7 +9,7 @@ runs where the model is: :meth:`ensemble.members.runtime.Runtime.branch_scores`,
 
 from __future__ import annotations
 
-from ..adapter import ModelAdapter
+from .member import ModelAdapter
 
 
 def score_inline(adapter: ModelAdapter, context: int, blocks: list[list[int]]) -> list[tuple[list[float], list[float]]]:

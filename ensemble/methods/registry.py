@@ -34,7 +34,7 @@ class Method:
 
     @classmethod
     def reads_whole_rows(cls, settings: Settings) -> bool:
-        """Whether a run reads its members' whole rows (:mod:`ensemble.dist`): when it samples (a tempered, nucleus
+        """Whether a run reads its members' whole rows (:mod:`ensemble.tokens.distribution`): when it samples (a tempered, nucleus
         filtered draw), and for GaC's geometric mean over the whole union vocabulary; every greedy run with the
         default sharpening reads summaries."""
         caps = cls.capabilities
@@ -43,7 +43,7 @@ class Method:
 
     @classmethod
     def rows_kept(cls, settings: Settings, lead: bool) -> int:
-        """How many passes back a run may still ask a member about a row (:mod:`ensemble.dist`): in the round or
+        """How many passes back a run may still ask a member about a row (:mod:`ensemble.tokens.distribution`): in the round or
         step that computed it."""
         return 4
 

@@ -33,8 +33,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..adapter import ModelAdapter
-from ..decisions import (
+from ..tokens.distribution import Dist
+from ..tokens.key_table import EOS_KEY, display_key, is_complete, is_control
+from ..trace import Decision, FusionRecord, RoundRecord
+from ..trace.decisions import (
     ConsensusDetails,
     Details,
     DrafterDetails,
@@ -43,12 +45,10 @@ from ..decisions import (
     GatedDetails,
     OovBlockedDetails,
 )
-from ..dist import Dist
-from ..fusion import Fuser
-from ..keys import EOS_KEY, display_key, is_complete, is_control
-from ..trace import Decision, FusionRecord, RoundRecord
 from .base import Chooser, Run, StatusEvent, model_topk
 from .follow import follow_key, record_followed
+from .fusion import Fuser
+from .member import ModelAdapter
 
 SPLIT_WINDOW = 12
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..keys import EOS_KEY
+from ..tokens.key_table import EOS_KEY
 from ..trace import Decision
 from .base import Chooser, Run, model_topk
 

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 
 import torch
 
-from ..adapter import ModelAdapter
-from ..decisions import SegmentDetails
-from ..keys import EOS_KEY
 from ..settings import SAMPLED_DRAFTS
+from ..tokens.key_table import EOS_KEY
 from ..trace import Decision, RoundRecord
+from ..trace.decisions import SegmentDetails
 from .base import Chooser, Run, StatusEvent
 from .inline import score_inline
+from .member import ModelAdapter
 
 
 def _no_space_script(ch: str) -> bool:

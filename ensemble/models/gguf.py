@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 
 from ..errors import LlamaCppMissing, ModelLoadError
-from ..response import common_prefix
+from ..tokens.response import common_prefix
 
 LLAMA_CPP_VERSION = "0.3.36"
 MAX_CONTEXT = 8192

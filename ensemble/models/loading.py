@@ -14,8 +14,8 @@ from enum import StrEnum
 from pathlib import Path
 
 from ..errors import ModelLoadError
-from ..keys import KeyTable
-from ..response import common_prefix
+from ..tokens.key_table import KeyTable
+from ..tokens.response import common_prefix
 from .cache import is_cached, prepare, prepare_gguf
 from .catalogue import ModelSpec, Progress, hub_fallback_enabled, hub_reachable, missing_packages, resolve, stderr_progress
 from .device import resolve_device, resolve_dtype

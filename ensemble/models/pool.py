@@ -6,7 +6,7 @@ import os
 import threading
 from collections import OrderedDict
 
-from ..keys import KeyTable
+from ..tokens.key_table import KeyTable
 from .catalogue import EMBEDDED, GPU_PRESETS, Progress, quiet_progress, resolve
 from .device import check_dtype
 from .loading import LoadedModel, load, load_tokenizer

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ...dist import RowMath
 from ...errors import Cancelled, EnsembleError
+from ...tokens.distribution import RowMath
 from ..factory import new_runtime
 from ..runtime import ForwardStats, RunPolicy
 
@@ -81,7 +81,7 @@ class MemberActor:
     """The process side of a member: one model, one :class:`_Session` (KV cache and recent rows) per run.
 
     A call sends the ids as a delta (how many of the ids the session's cache holds it keeps, a checksum of them,
-    and the new ids) and gets back, per asked position, a row's :class:`~ensemble.dist.Summary` (``size`` given)
+    and the new ids) and gets back, per asked position, a row's :class:`~ensemble.tokens.distribution.Summary` (``size`` given)
     or the whole row (``size`` None: sampled runs); other ids' numbers come from :meth:`values`. ``cancel`` runs
     beside the compute calls (its own concurrency group), so a Stop ends a multi-pass call after its current pass.
     """

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import torch
 
-from ...dist import FullDist, SizedDist
 from ...errors import Cancelled, EnsembleError, MemberDied
-from ...response import common_prefix
+from ...tokens.distribution import FullDist, SizedDist
+from ...tokens.response import common_prefix
 from ..base import Backend, Pooled, role_threads
 from ..runtime import ForwardStats, Runtime
 from .actor import MemberActor, _prefix_check

@@ -3,9 +3,9 @@
 The server's handlers call :func:`read_trace` instead of :meth:`RunTrace.from_json`: the reading runs in one of
 two ``trace-read`` threads, so however many traces arrive at once at most two are read at a time, and the caller
 waits at most ``ENSEMBLE_LENS_TRACE_READ_S`` seconds (default 20). Past that it gets a one-line refusal and the
-reading thread stops at its next checkpoint (``trace_values.checkpoint``, between tokens and rounds). Every step
-of the reading is linear in the file's size (``trace_check.scan``) and the sizes are bounded before any record is
-built (``trace_values.check_sizes``), so a trace the engine wrote reads in about a second and the limit is only
+reading thread stops at its next checkpoint (``values.checkpoint``, between tokens and rounds). Every step
+of the reading is linear in the file's size (``check.scan``) and the sizes are bounded before any record is
+built (``values.check_sizes``), so a trace the engine wrote reads in about a second and the limit is only
 met by something else; the other clients are served meanwhile.
 """
 
@@ -17,9 +17,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 
-from . import trace_values
-from .errors import TraceFormatError
-from .trace import RunTrace
+from ..errors import TraceFormatError
+from . import values as trace_values
+from .record import RunTrace
 
 READ_LIMIT_S = float(os.environ.get("ENSEMBLE_LENS_TRACE_READ_S", "20"))
 _READERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="trace-read")

@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import replace
 
-from .capabilities import is_one_model
+from ..capabilities import is_one_model
 
 PROMPTS = [
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
@@ -58,7 +58,7 @@ def log(msg: str) -> None:
 
 
 def bench_load(names: list[str], device: str = "cpu", dtype: str = "auto", runtime: str = "transformers") -> dict:
-    from .models import is_cached, is_gguf_cached, load, quiet_progress
+    from ..models import is_cached, is_gguf_cached, load, quiet_progress
 
     cold = [n for n in names if not (is_gguf_cached(n) if runtime == "llamacpp" else is_cached(n))]
     started = time.perf_counter()
@@ -76,8 +76,8 @@ def bench_single(models: dict, prompts: list[str], budget: int, repeat: int) -> 
     """Adapter decoding vs ``model.generate``: same prompt, greedy, seconds per token of each."""
     import torch
 
-    from .methods import generate
-    from .settings import Settings
+    from ..methods import generate
+    from ..settings import Settings
 
     out = {}
     for name, m in models.items():
@@ -113,7 +113,7 @@ def bench_single(models: dict, prompts: list[str], budget: int, repeat: int) -> 
 
 def bench_retokenize(models: dict) -> dict:
     """Cost of one re-sync step (append a few characters) as the response grows: it must stay flat."""
-    from .adapter import ModelAdapter
+    from ..methods.member import ModelAdapter
 
     words = ["The", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog;", "Sofia", "went", "to", "Plovdiv", "in", "1999,", "中文", "🙂", "x=42.", ""]
     out = {}
@@ -141,8 +141,8 @@ def _measure(models: list, prompts: list[str], plan: list[tuple], repeat: int) -
     """Run every (label, method, settings, run options) of ``plan`` on every prompt, ``repeat`` times,
     INTERLEAVED (A B C A B C ...) so that drift on a shared machine hits every entry alike; each
     (entry, prompt) keeps its fastest run."""
-    from .methods import EnsembleRun
-    from .settings import Settings
+    from ..methods import EnsembleRun
+    from ..settings import Settings
 
     best: dict[tuple[str, int], tuple[float, object]] = {}
     peak: dict[str, float] = {}
@@ -267,7 +267,7 @@ def bench_runtimes(runtimes: dict[str, list], prompts: list[str], budget: int, l
     is what :meth:`ensemble.members.local.LocalBackend.for_run` chooses between."""
     import os
 
-    from .members.local import SEQUENTIAL, THREADS
+    from ..members.local import SEQUENTIAL, THREADS
 
     base = {"max_new_tokens": budget}
     safe = {**base, "lookahead": lookahead}
@@ -365,8 +365,8 @@ def reasoning_prompts(data: str | None, limit: int, seed: int) -> tuple[str, lis
     import os
     from pathlib import Path
 
-    from .errors import SettingsError
-    from .evaluation import GSM8K_TEST, build_prompt, load_questions, select_questions, shown_path
+    from ..errors import SettingsError
+    from ..evaluation import GSM8K_TEST, build_prompt, load_questions, select_questions, shown_path
 
     if limit < 1:
         raise SettingsError(f"--limit must be at least 1; got {limit}.")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from .capabilities import CAPABILITIES, capabilities, is_segments
+from ..capabilities import CAPABILITIES, capabilities, is_segments
 
 DECISION_WORDS = {
     "drafter": "drafter only",

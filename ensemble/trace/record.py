@@ -3,7 +3,7 @@
 A trace is plain data (dataclasses of str, numbers, lists and dicts) so it round-trips through JSON
 exactly. ``visual/`` renders traces without touching a model, and the app replays uploaded trace files, so
 :func:`from_json` treats its input as untrusted: size-capped, depth- and number-bounded before parsing,
-schema-checked, consistency-checked (:mod:`ensemble.trace_check`), never evaluated.
+schema-checked, consistency-checked (:mod:`ensemble.trace.check`), never evaluated.
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 
-from . import trace_check, trace_values
-from .capabilities import capabilities
+from ..capabilities import capabilities
+from ..errors import TraceFormatError
+from . import check as trace_check
+from . import values as trace_values
 from .decisions import (
     DECISIONS,
     CheckedDetails,
@@ -29,12 +31,12 @@ from .decisions import (
     as_decision,
     details_for,
 )
-from .errors import TraceFormatError
-from .trace_schema import SCHEMA_VERSION, check_shape
-from .trace_values import MAX_TRACE_BYTES
+from .schema import SCHEMA_VERSION, check_shape
+from .values import MAX_TRACE_BYTES
 
 __all__ = [  # the decision records are re-exported: ``visual/`` imports the trace's types from here only
     "DECISIONS",
+    "MAX_TRACE_BYTES",
     "CheckedDetails",
     "ConsensusDetails",
     "Decision",
@@ -50,6 +52,8 @@ __all__ = [  # the decision records are re-exported: ``visual/`` imports the tra
     "RunTrace",
     "SegmentDetails",
     "TokenRecord",
+    "finite",
+    "unique_labels",
 ]
 
 
@@ -166,7 +170,7 @@ class RunTrace:
     def safe_weights(self) -> dict[str, float]:
         """The weights a SAFE run's consensus and fusion gave its models (:meth:`Settings.safe_weights` of its
         settings and drafter); {} when the settings of an uploaded trace do not say them clearly."""
-        from .settings import Settings
+        from ..settings import Settings
 
         try:
             settings = Settings(weights={str(k): float(v) for k, v in dict(self.settings.get("weights") or {}).items()},

@@ -1,4 +1,4 @@
-"""One member of a run: its tokens of the shared response (:mod:`ensemble.response`, no torch) joined to its
+"""One member of a run: its tokens of the shared response (:mod:`ensemble.tokens.response`, no torch) joined to its
 runtime (:class:`ensemble.members.runtime.Runtime`).
 
 Methods change the ids (append a generated token, truncate, restore or re-sync to a new response text); the
@@ -12,12 +12,12 @@ from collections.abc import Sequence
 
 import torch
 
-from .dist import Dist
-from .keys import EOS_KEY
-from .members.factory import new_runtime
-from .members.runtime import ForwardStats, RunPolicy, Runtime
-from .models import LoadedModel
-from .response import ResponseTokens
+from ..members.factory import new_runtime
+from ..members.runtime import ForwardStats, RunPolicy, Runtime
+from ..models import LoadedModel
+from ..tokens.distribution import Dist
+from ..tokens.key_table import EOS_KEY
+from ..tokens.response import ResponseTokens
 
 __all__ = ["ForwardStats", "ModelAdapter"]
 
@@ -70,7 +70,7 @@ class ModelAdapter(ResponseTokens):
     # -- distributions ----------------------------------------------------------------------------------
     def dists(self, ids: list[int], positions: Sequence[int]) -> list[Dist]:
         """The next-token distributions after ``positions`` of ``ids``: whole rows in process, summaries from a
-        member process (:mod:`ensemble.dist`)."""
+        member process (:mod:`ensemble.tokens.distribution`)."""
         return self.runtime.dists(ids, positions)
 
     def next_dist(self) -> Dist:

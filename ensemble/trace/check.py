@@ -17,9 +17,9 @@ import math
 import re
 import zlib
 
-from .errors import TraceFormatError, name_list
-from .settings import METHODS
-from .trace_values import MAX_MODELS, MAX_PAIRS, MAX_RECORD_CHARS, MAX_ROUNDS, MAX_TOKENS, MAX_TRACE_BYTES, checkpoint
+from ..errors import TraceFormatError, name_list
+from ..settings import METHODS
+from .values import MAX_MODELS, MAX_PAIRS, MAX_RECORD_CHARS, MAX_ROUNDS, MAX_TOKENS, MAX_TRACE_BYTES, checkpoint
 
 MAX_DEPTH = 32  # a real trace nests 8 deep (trace > tokens > token > details > splits > model > piece)
 MAX_VALUES = 4_000_000  # values of every kind, keys included (a 20 MB trace the engine wrote holds about 2,000,000)
@@ -66,7 +66,7 @@ def parse(text: str):
 def scan(text: str) -> None:
     """Refuse ``text`` when it nests deeper than :data:`MAX_DEPTH`, or holds more than :data:`MAX_VALUES` values or
     :data:`MAX_CONTAINERS` lists and objects (what the parser spends its time building), or a record whose lists
-    and numbers outside strings run over :data:`~ensemble.trace_values.MAX_RECORD_CHARS` characters between two braces (never more than a whole record) (an 18 MB top-k list is
+    and numbers outside strings run over :data:`~ensemble.trace.values.MAX_RECORD_CHARS` characters between two braces (never more than a whole record) (an 18 MB top-k list is
     refused here in a fraction of the time parsing it would take).
 
     Linear in the text's length whatever it holds, in passes of C string operations: escaped backslashes and

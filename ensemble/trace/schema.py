@@ -1,13 +1,13 @@
 """The shape of an untrusted trace's JSON, checked before any record is built: the schema version, each field's
-type, the decision names, the sizes and value domains (``trace_values``). :meth:`ensemble.trace.RunTrace.from_dict`
-calls :func:`check_shape`; consistency across records is :mod:`ensemble.trace_check`'s.
+type, the decision names, the sizes and value domains (:mod:`.values`). :meth:`ensemble.trace.RunTrace.from_dict`
+calls :func:`check_shape`; consistency across records is :mod:`.check`'s.
 """
 
 from __future__ import annotations
 
-from . import trace_values
+from ..errors import TraceFormatError
+from . import values as trace_values
 from .decisions import DECISIONS
-from .errors import TraceFormatError
 
 SCHEMA_VERSION = 2
 """2: typed decision details and the resolved ``drafter``; version 1 files are migrated by :meth:`ensemble.trace.RunTrace.from_dict`."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from itertools import pairwise
 
-from .errors import InputError
-from .keys import MAX_PROMPT_CHARS, KeyTable, display_key, replace_lone_surrogates
+from ..errors import InputError
+from .key_table import MAX_PROMPT_CHARS, KeyTable, display_key, replace_lone_surrogates
 
 
 def clean_text(text) -> tuple[str, list[str]]:

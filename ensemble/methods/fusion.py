@@ -1,7 +1,7 @@
 """Token-level fusion of next-token distributions from models with different vocabularies (the rules, their paper
 sections and where the code differs: ``docs/algorithms.md``, section 2).
 
-Two plug-ins meet on keys (the exact text a token appends, see :mod:`ensemble.keys`):
+Two plug-ins meet on keys (the exact text a token appends, see :mod:`ensemble.tokens.key_table`):
 
 * **UniTE** (Yao et al., arXiv 2410.03777): union U of every model's top-k keys; each model's logit for a
   key is that of its token with exactly this key (the likeliest, when several ids share it), else of the
@@ -44,10 +44,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .dist import Dist, FullDist, summary_size
-from .keys import KeyTable, display_key
-from .settings import SHARPEN_SCOPES
-from .trace import FusionRecord
+from ..settings import SHARPEN_SCOPES
+from ..tokens.distribution import Dist, FullDist, summary_size
+from ..tokens.key_table import KeyTable, display_key
+from ..trace import FusionRecord
 
 SHARPEN_BELOW = 0.5
 SHARPEN_TOP = 10
@@ -72,7 +72,7 @@ class Fused:
 
 def _top_keys(table: KeyTable, dist: Dist, k: int) -> list[tuple[str, float]]:
     """The ``k`` most likely distinct keys of one model, with their summed probability (over its ``4k + 8`` most
-    likely ids, which a row summary always holds: :func:`ensemble.dist.summary_size`)."""
+    likely ids, which a row summary always holds: :func:`ensemble.tokens.distribution.summary_size`)."""
     out: dict[str, float] = {}
     for token_id, value in dist.top(4 * k + 8):
         key = table.key(token_id)
@@ -230,7 +230,7 @@ class Fuser:
         temperature: logits are divided by it before the softmax (sampling runs); 0 means 1.
         whole: GaC over the whole union from whole rows even where the summaries decide (a check of them).
 
-    Greedy runs read only what a decision needs from each distribution (:mod:`ensemble.dist`): UniTE the
+    Greedy runs read only what a decision needs from each distribution (:mod:`ensemble.tokens.distribution`): UniTE the
     logits of its candidate keys; GaC the exact mass of every key that some model ranks among its summary's ids,
     which decides the fused top-k whenever the k-th of them outweighs the most any other key can have (the
     models' summary tails; otherwise, and for sampled runs and the geometric mean, whole rows over the union).

@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from .errors import InputError, UnknownModelError, name_list
-from .models import resolve
-from .models.runtimes import check_runtime, split_runtime
+from ..errors import InputError, UnknownModelError, name_list
+from .catalogue import resolve
+from .runtimes import check_runtime, split_runtime
 
 ALLOW_PATHS = "ENSEMBLE_LENS_ALLOW_PATHS"
 ALLOW_MODELS = "ENSEMBLE_LENS_ALLOW_MODELS"

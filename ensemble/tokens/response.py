@@ -15,7 +15,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 
-from .keys import KeyTable, Spans
+from .key_table import KeyTable, Spans
 
 SYNC_MARGIN = 4
 """Tokens re-tokenized before the first changed character when syncing; doubled until stable."""

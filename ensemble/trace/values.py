@@ -11,7 +11,7 @@ Three checks, each a refusal in one line or a repair with a warning:
   no response can encode; each is replaced by U+FFFD once, here, and the trace says so in its warnings.
 
 Reading is also bounded in time: :func:`checkpoint` raises once the reading thread's deadline (set by
-:mod:`ensemble.trace_read`) has passed; the loops over tokens and rounds call it.
+:mod:`ensemble.trace.read`) has passed; the loops over tokens and rounds call it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import re
 import threading
 import time
 
-from .errors import TraceFormatError
+from ..errors import TraceFormatError
 
 MAX_TRACE_BYTES = 20 * 1024 * 1024  # a whole trace file, unpacked
 MAX_TOKENS = 20_000  # a run has at most 4,096 new tokens, plus the bytes that finish a character

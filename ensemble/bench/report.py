@@ -1,4 +1,4 @@
-"""The text form of a ``python -m ensemble bench`` report (:mod:`ensemble.bench` measures; this writes what it
+"""The text form of a ``python -m ensemble bench`` report (:mod:`ensemble.bench.measure` measures; this writes what it
 measured as the lines the command prints without ``--json``)."""
 
 from __future__ import annotations
