@@ -169,3 +169,26 @@ def test_the_method_name_check_finds_the_comparisons_it_forbids():
     assert method_name_comparisons('x = method == "safe"\ny = trace.method in ("specem", "unite")') == [
         "method == 'safe'", "trace.method in ('specem', 'unite')"]
     assert method_name_comparisons('x = fusion == "gac"\ny = method == other') == []
+
+def test_what_the_views_read_loads_without_torch():
+    """``visual/`` reads traces, keys, capabilities and the words for them; none of that loads a model library
+    (the ``ensemble.trace`` package hands out record.py's names lazily, so this also covers them)."""
+    code = (
+        "import sys\n"
+        "from ensemble.trace import RunTrace\n"
+        "import ensemble.trace.read, ensemble.trace.readable, ensemble.tokens.align, ensemble.capabilities\n"
+        "print(RunTrace.__module__, sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ensemble.trace.record []", done.stdout
+
+
+def test_the_settings_import_first():
+    """``settings`` reads the trace limits (``trace.values``) and the trace checks read the settings: importing
+    the settings before anything else must not meet a half-initialised module (the trace package loads its
+    records only when one of their names is asked for)."""
+    code = "import ensemble.settings\nfrom ensemble.trace import RunTrace\nprint(RunTrace.__name__)\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "RunTrace", done.stdout
