@@ -170,6 +170,7 @@ def test_the_method_name_check_finds_the_comparisons_it_forbids():
         "method == 'safe'", "trace.method in ('specem', 'unite')"]
     assert method_name_comparisons('x = fusion == "gac"\ny = method == other') == []
 
+
 def test_what_the_views_read_loads_without_torch():
     """``visual/`` reads traces, keys, capabilities and the words for them; none of that loads a model library
     (the ``ensemble.trace`` package hands out record.py's names lazily, so this also covers them)."""
