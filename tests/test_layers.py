@@ -173,7 +173,7 @@ def test_the_method_name_check_finds_the_comparisons_it_forbids():
 
 def test_what_the_views_read_loads_without_torch():
     """``visual/`` reads traces, keys, capabilities and the words for them; none of that loads a model library
-    (the ``ensemble.trace`` package hands out record.py's names lazily, so this also covers them)."""
+    (the ``ensemble.trace`` package re-exports record.py's names, so this also covers them)."""
     code = (
         "import sys\n"
         "from ensemble.trace import RunTrace\n"
@@ -186,9 +186,9 @@ def test_what_the_views_read_loads_without_torch():
 
 
 def test_the_settings_import_first():
-    """``settings`` reads the trace limits (``trace.values``) and the trace checks read the settings: importing
-    the settings before anything else must not meet a half-initialised module (the trace package loads its
-    records only when one of their names is asked for)."""
+    """``settings`` reads the trace limits (``trace.values``), which loads the trace package and its records:
+    importing the settings before anything else must not meet a half-initialised module, so nothing in the trace
+    package imports the settings at import time (the method names come from ``capabilities``)."""
     code = "import ensemble.settings\nfrom ensemble.trace import RunTrace\nprint(RunTrace.__name__)\n"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr

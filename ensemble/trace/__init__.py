@@ -5,16 +5,48 @@ ensemble.trace import RunTrace`` is the library's way in); ``decisions`` each to
 details; ``schema``, ``values`` and ``check`` the checks on an untrusted file (its JSON's shape; sizes, value
 domains and lone surrogates; limits before parsing and consistency after); ``read`` reading one in a reader
 thread with a time limit; ``readable`` a run's numbers and decisions in words.
-
-The names load on first use, so importing ``ensemble.trace.values`` (the settings read its limits) does not load
-the records, whose checks read the settings.
 """
 
-from importlib import import_module
+from .record import (
+    DECISIONS,
+    MAX_TRACE_BYTES,
+    CheckedDetails,
+    ConsensusDetails,
+    Decision,
+    Details,
+    DrafterDetails,
+    EnsembledDetails,
+    FusedDetails,
+    FusionRecord,
+    GatedDetails,
+    OovBlockedDetails,
+    RoundRecord,
+    RunStats,
+    RunTrace,
+    SegmentDetails,
+    TokenRecord,
+    finite,
+    unique_labels,
+)
 
-
-def __getattr__(name: str):
-    record = import_module(f"{__name__}.record")
-    if name in getattr(record, "__all__", ()):
-        return getattr(record, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = [
+    "DECISIONS",
+    "MAX_TRACE_BYTES",
+    "CheckedDetails",
+    "ConsensusDetails",
+    "Decision",
+    "Details",
+    "DrafterDetails",
+    "EnsembledDetails",
+    "FusedDetails",
+    "FusionRecord",
+    "GatedDetails",
+    "OovBlockedDetails",
+    "RoundRecord",
+    "RunStats",
+    "RunTrace",
+    "SegmentDetails",
+    "TokenRecord",
+    "finite",
+    "unique_labels",
+]

@@ -17,8 +17,8 @@ import math
 import re
 import zlib
 
+from ..capabilities import METHODS
 from ..errors import TraceFormatError, name_list
-from ..settings import METHODS
 from .values import MAX_MODELS, MAX_PAIRS, MAX_RECORD_CHARS, MAX_ROUNDS, MAX_TOKENS, MAX_TRACE_BYTES, checkpoint
 
 MAX_DEPTH = 32  # a real trace nests 8 deep (trace > tokens > token > details > splits > model > piece)

@@ -57,7 +57,6 @@ __all__ = [  # the decision records are re-exported: ``visual/`` imports the tra
 ]
 
 
-
 @dataclass
 class FusionRecord:
     """One fusion step: every model's top-k, the fused distribution before/after sharpening, the choice."""
