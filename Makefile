@@ -73,7 +73,7 @@ space: prepare-all browser
 # The README's screenshots: the browser tests write them into assets/screenshots/ only when told to (a plain test
 # run writes them into pytest's temporary folder and leaves every tracked file as it was).
 screenshots: prepare-all browser
-	ENSEMBLE_LENS_SCREENSHOTS=1 ENSEMBLE_LENS_REQUIRE_BROWSER=1 $(PY) -m pytest tests/test_browser.py
+	ENSEMBLE_LENS_SCREENSHOTS=1 ENSEMBLE_LENS_REQUIRE_BROWSER=1 $(PY) -m pytest tests/browser/test_browser.py
 
 bench: prepare
 	$(PY) -m ensemble bench

@@ -308,16 +308,16 @@ def verify(ctx):
 
 @row("9", "Stop: no token after the click (engine on every method, app strip; SpecEM in the browser with --pytest)", limit=450)
 def stop(ctx):
-    held, said = pytest_row(ctx, "tests/test_stop.py", "-k", "pass_that_ends or apps_strip", timeout=420)
+    held, said = pytest_row(ctx, "tests/ensemble/methods/test_stop.py", "-k", "pass_that_ends or apps_strip", timeout=420)
     if held and ctx.pytest:
-        browser, more = pytest_row(ctx, "tests/test_browser.py", "-k", "specem_stop", timeout=420)
+        browser, more = pytest_row(ctx, "tests/browser/test_browser.py", "-k", "specem_stop", timeout=420)
         return bool(browser), f"{said}; {more}"
     return held, said
 
 
 @row("10", "a member that dies mid-run: the API caller gets the trace so far, the views keep their stats", limit=300)
 def member_died(ctx):
-    return pytest_row(ctx, "tests/test_stop.py", "-k", "member", timeout=300)
+    return pytest_row(ctx, "tests/ensemble/methods/test_stop.py", "-k", "member", timeout=300)
 
 
 @row("11", "API messages say what to fix (settings not JSON, fork at='x', explain_token index='1')", limit=150)
@@ -395,10 +395,10 @@ def fffd(ctx):
 
 @row("H6", "cache faults detected and rebuilt byte-identical; a killed Ray member is named in the browser", limit=450)
 def cache_and_ray(ctx):
-    held, said = pytest_row(ctx, "tests/test_reliability.py", "-k", "cache_fault", timeout=300)
+    held, said = pytest_row(ctx, "tests/ui/test_reliability.py", "-k", "cache_fault", timeout=300)
     if not ctx.pytest:
         return held, said
-    ray, more = pytest_row(ctx, "tests/test_app_ray.py", "-k", "killed", timeout=420)
+    ray, more = pytest_row(ctx, "tests/ui/test_app_ray.py", "-k", "killed", timeout=420)
     return bool(held and ray), f"{said}; {more}"
 
 

@@ -4,7 +4,7 @@
 
 The app's first example (``ui.tabs.EXAMPLES[0]``: its prompt, method and models) at the engine settings' starting
 values, on the embedded models. Rerun it after a change that alters what a run records; the app labels
-the replay as a recorded run with the date stored here (and the runtime a live run uses where it is served), and ``tests/test_first_view.py`` checks that
+the replay as a recorded run with the date stored here (and the runtime a live run uses where it is served), and ``tests/ui/test_first_view.py`` checks that
 the file still matches the app's first example and defaults.
 """
 

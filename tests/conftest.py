@@ -14,6 +14,10 @@ from hypothesis import HealthCheck, settings
 
 from ensemble import models
 
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository's root: tests import it (and ``FIXTURES``) from here, wherever their folder sits."""
+FIXTURES = ROOT / "tests" / "fixtures"
+
 settings.register_profile(
     "ensemble",
     deadline=None,
@@ -68,7 +72,7 @@ def embedded(pool) -> dict[str, models.LoadedModel]:
     return {name: pool.get(name, models.quiet_progress) for name in EMBEDDED}
 
 
-TOKENIZER_FIXTURES = Path(__file__).parent / "fixtures" / "tokenizers"
+TOKENIZER_FIXTURES = FIXTURES / "tokenizers"
 
 
 def unpack_tokenizer_fixture(name: str, folder: Path) -> Path:
@@ -91,6 +95,14 @@ def tokenizers(tmp_path_factory) -> dict:
     model package, no weights, no de-quantization (``test_models`` checks they equal the prepared ones)."""
     root = tmp_path_factory.mktemp("tokenizers")
     return {name: models.load_saved_tokenizer(unpack_tokenizer_fixture(name, root / name)) for name in EMBEDDED}
+
+
+@pytest.fixture(scope="session")
+def tables(tokenizers) -> dict:
+    """The key tables of the real tokenizers (every end-of-sequence id mapped to the shared stop key)."""
+    from ensemble.tokens.key_table import KeyTable
+
+    return {name: KeyTable(tok, len(tok), {tok.eos_token_id}) for name, tok in tokenizers.items()}
 
 
 def _tiny(kind: str, tokenizer):

@@ -1,6 +1,6 @@
 """Golden runs of every method on the tiny models (tests/conftest.py), with their timings stripped.
 
-``tests/test_golden_traces.py`` compares each run with its file in ``tests/fixtures/golden/``; after a change that
+``tests/ensemble/methods/test_golden_traces.py`` compares each run with its file in ``tests/fixtures/golden/``; after a change that
 means to alter what a method decides, rewrite them with ``python tests/fixtures/make_fixtures.py --golden`` and
 say why in the commit.
 """

@@ -13,14 +13,15 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT
+
 BINARY_LIMIT = 1_000_000  # the hub's limit for binary files outside LFS/Xet
 ANY_LIMIT = 10_000_000  # the hub's limit for any file outside LFS/Xet
 # Paths that only exist on a development machine or beside the checkout; a fresh clone has none of them.
 # Written in pieces so that this file does not itself hold the paths it looks for (a grep for them finds none here).
 OUTSIDE = re.compile("|".join([r"\.\./" + "shared", "/" + "work/", "/home/", "/root/", "/Users/", r"[A-Za-z]:\\\\Users"]))
 # Hostile names the tests feed the app on purpose (a visitor asking for a server folder), not paths the code uses.
-ALLOWED = {("tests/test_hardening.py", "/root/")}
+ALLOWED = {("tests/ensemble/test_hardening.py", "/root/")}
 
 
 def tracked() -> list[str]:

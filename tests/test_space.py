@@ -30,10 +30,10 @@ import pytest
 
 from ensemble.models import EMBEDDED
 from ensemble.models.cache import is_cached, model_cache
+from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.space, pytest.mark.embedded, pytest.mark.browser, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[1]
 SPACE_ID = "ensemble-lens/ci-space"
 TOKENS = 16  # the SAFE run's budget (a link sets it; the models and the prompt are the form's defaults)
 MEASURED: dict[str, float | str] = {}

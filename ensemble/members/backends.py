@@ -44,7 +44,7 @@ def _interrupt(signum, frame):
 def interrupt_on_sigterm() -> None:
     """SIGTERM (a service manager's stop, ``kill PID``) ends this process as Ctrl-C does. Python's default ends it at
     once, skipping the exit handlers that stop the member processes it started: Ray's agents outlived the app
-    (``tests/test_app_ray.py``). Only the main thread may set a handler; elsewhere this does nothing."""
+    (``tests/ui/test_app_ray.py``). Only the main thread may set a handler; elsewhere this does nothing."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)
 
@@ -107,7 +107,7 @@ def warm(pool, names: list[str], backend: Backend = LOCAL) -> list[str]:
 def close_backends() -> None:
     """Stop every member process this process started (its Ray cluster too). Called as a command or the app ends,
     while the interpreter still runs: left to the exit handlers, a SIGTERMed app left Ray's agents behind
-    (``tests/test_app_ray.py``)."""
+    (``tests/ui/test_app_ray.py``)."""
     with _lock:
         started = list(_shared.values())
         _shared.clear()

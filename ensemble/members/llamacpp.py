@@ -52,7 +52,7 @@ SHARED_PASS = 16
 """Cells another run may reuse come from passes of at least this many tokens, and its first pass evaluates at least
 this many: llama.cpp's CPU kernels give a row the same bits in any pass of 8 or more tokens, but other bits in
 passes of 1-7 (measured on qwen and gemma3, up to 0.71 logits apart; smollm2's Q4_1 the same in all), so twice
-that is used (``tests/test_llamacpp.py`` checks the equality)."""
+that is used (``tests/ensemble/members/test_llamacpp.py`` checks the equality)."""
 
 def default_threads() -> int:
     """Threads of a member context unless its role sets them (``ThreadBackend.member_threads``): the machine's cores, as a

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 PLAIN_TEMPLATE = "Question: {prompt}\nAnswer:\n"
 """For base models. It ends in a newline, a boundary every tokenizer keeps before a response that starts with
-visible text (tests/test_templates.py); "Answer:" + "To" read ``Answer:|To``, which no text has (Gemma gave
+visible text (tests/ensemble/models/test_templates.py); "Answer:" + "To" read ``Answer:|To``, which no text has (Gemma gave
 "To" 0.0000 there, docs/results.md "Prompt junctions")."""
 PLAIN_STOPS = ("\nQuestion:",)
 
