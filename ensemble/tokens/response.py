@@ -158,8 +158,12 @@ class ResponseTokens:
         last_clean = k
         while last_clean > 0 and not self._clean[last_clean - 1]:
             last_clean -= 1
-        self.text = self.text[: self._ends[last_clean - 1]] if last_clean else ""
-        self._pending = b"".join(self.keys.text_bytes(t) for t in self.ids[last_clean:])
+        # the bytes after the last clean token: their complete characters are text (a kept token " \xe4" still
+        # spells its space), the rest waits, exactly as if the kept tokens had been appended afresh
+        data = b"".join(self.keys.text_bytes(t) for t in self.ids[last_clean:])
+        done = _complete_prefix(data)
+        self.text = (self.text[: self._ends[last_clean - 1]] if last_clean else "") + data[:done].decode("utf-8", "replace")
+        self._pending = data[done:]
 
     def append(self, token_id: int) -> str:
         """Append one token this model chose; return the characters it completed ("" if none yet)."""
