@@ -37,10 +37,15 @@ def test_the_strip_and_its_status_are_in_view_on_load_while_streaming_and_after(
     page.wait_for_function("() => document.querySelector('#drafter input')?.value === 'smollm2'")
     page.locator("#method").get_by_label("Single model").check()
     page.locator("#run-button").click()
-    # While tokens stream (some on the strip, the status not yet "Done"), the strip and the status are on screen.
+    # While tokens stream (some on the strip, the status not yet "Done"), the strip and the status are on screen,
+    # read once Run's smooth scroll has come to rest (on a phone it moves up to the status, and the strip, below it,
+    # enters the screen first: a token that arrives mid-scroll would catch the status still above the screen).
     seen = page.wait_for_function("""(ids) => {
       const status = document.querySelector('#status')?.innerText || '';
       if (!document.querySelector('#strip .el-tok') || /Done|Stopped|recorded/.test(status)) return false;
+      const moving = window.__elLastY !== window.scrollY;
+      window.__elLastY = window.scrollY;
+      if (moving) return false;
       return ids.map((id) => { const r = document.getElementById(id).getBoundingClientRect();
         return r.bottom > 0 && r.top < window.innerHeight && r.height > 0; });
     }""", arg=["strip", "status"], polling=100)

@@ -188,8 +188,7 @@ def test_no_ray_process_outlives_the_coordinator(tmp_path):
             f"""
             import sys
             sys.path.insert(0, {str(ROOT)!r})
-            sys.path.insert(0, {str(ROOT / "tests")!r})
-            from conftest import _tiny, unpack_tokenizer_fixture
+            from tests.conftest import _tiny, unpack_tokenizer_fixture  # not tests/ on the path: tests/ensemble would hide ensemble
             from ensemble import models
             from ensemble.members import make_backend
             from ensemble.methods import generate
