@@ -6,7 +6,7 @@ import re
 
 import visual
 from ensemble.trace import RunTrace
-from tests.visual.helpers import FIXTURES
+from tests.conftest import FIXTURES
 
 
 def test_standalone_pages_keep_model_output_inert():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import visual
 from ensemble.trace import RunTrace
-from tests.visual.helpers import FIXTURES, load
+from tests.conftest import FIXTURES
+from tests.visual.helpers import load
 from visual.escape import safe
 
 

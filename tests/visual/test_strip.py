@@ -6,7 +6,8 @@ import re
 
 import visual
 from ensemble.trace import RunTrace, TokenRecord
-from tests.visual.helpers import FIXTURES, groups_of, load, parse_strip, unglyph
+from tests.conftest import FIXTURES
+from tests.visual.helpers import groups_of, load, parse_strip, unglyph
 from visual.strip import ZERO_WIDTH_MARKER
 
 

@@ -6,7 +6,7 @@ import re
 
 import visual
 from ensemble.trace import RunTrace
-from tests.visual.helpers import FIXTURES
+from tests.conftest import FIXTURES
 from visual import charts
 
 
