@@ -84,6 +84,13 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def fresh_python(code: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a new interpreter at the repository root (nothing imported yet); it must succeed."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def test_the_engine_imports_no_view_and_no_ui():
     code = (
         "import importlib, pkgutil, sys\n"
@@ -93,8 +100,7 @@ def test_the_engine_imports_no_view_and_no_ui():
         "    importlib.import_module(name)\n"
         "print(len(names), sorted(m for m in ('visual', 'gradio', 'plotly') if m in sys.modules))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert done.returncode == 0, done.stderr
+    done = fresh_python(code)
     count, imported = done.stdout.split(" ", 1)
     assert int(count) > 30 and imported.strip() == "[]", done.stdout
 
@@ -127,8 +133,7 @@ def test_response_tokens_load_without_torch():
         "import ensemble.tokens.response, ensemble.tokens.key_table\n"
         "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert done.returncode == 0, done.stderr
+    done = fresh_python(code)
     assert done.stdout.strip() == "[]", done.stdout
 
 
@@ -181,8 +186,7 @@ def test_what_the_views_read_loads_without_torch():
         "import ensemble.trace.read, ensemble.trace.readable, ensemble.tokens.align, ensemble.capabilities\n"
         "print(RunTrace.__module__, sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert done.returncode == 0, done.stderr
+    done = fresh_python(code)
     assert done.stdout.strip() == "ensemble.trace.record []", done.stdout
 
 
@@ -191,6 +195,5 @@ def test_the_settings_import_first():
     importing the settings before anything else must not meet a half-initialised module, so nothing in the trace
     package imports the settings at import time (the method names come from ``capabilities``)."""
     code = "import ensemble.settings\nfrom ensemble.trace import RunTrace\nprint(RunTrace.__name__)\n"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert done.returncode == 0, done.stderr
+    done = fresh_python(code)
     assert done.stdout.strip() == "RunTrace", done.stdout

@@ -7,46 +7,5 @@ domains and lone surrogates; limits before parsing and consistency after); ``rea
 thread with a time limit; ``readable`` a run's numbers and decisions in words.
 """
 
-from .record import (
-    DECISIONS,
-    MAX_TRACE_BYTES,
-    CheckedDetails,
-    ConsensusDetails,
-    Decision,
-    Details,
-    DrafterDetails,
-    EnsembledDetails,
-    FusedDetails,
-    FusionRecord,
-    GatedDetails,
-    OovBlockedDetails,
-    RoundRecord,
-    RunStats,
-    RunTrace,
-    SegmentDetails,
-    TokenRecord,
-    finite,
-    unique_labels,
-)
-
-__all__ = [
-    "DECISIONS",
-    "MAX_TRACE_BYTES",
-    "CheckedDetails",
-    "ConsensusDetails",
-    "Decision",
-    "Details",
-    "DrafterDetails",
-    "EnsembledDetails",
-    "FusedDetails",
-    "FusionRecord",
-    "GatedDetails",
-    "OovBlockedDetails",
-    "RoundRecord",
-    "RunStats",
-    "RunTrace",
-    "SegmentDetails",
-    "TokenRecord",
-    "finite",
-    "unique_labels",
-]
+from .record import *  # noqa: F403 (record's __all__ is this package's names)
+from .record import __all__  # noqa: F401
