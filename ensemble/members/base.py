@@ -72,12 +72,12 @@ class Backend:
         """Get ready to run these models before any run: each llama.cpp model's first context with its template
         head read (a process backend starts their member processes now, not at the first run). Returns what could
         not be done, one message each."""
-        from .llamacpp import warm_context
+        from .factory import warm_runtime
 
         problems = []
         for model in models:
             try:
-                warm_context(model)
+                warm_runtime(model)
             except EnsembleError as exc:
                 problems.append(f"{model.name}: its first context could not be prepared: {exc}")
         return problems

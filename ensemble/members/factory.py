@@ -1,12 +1,20 @@
-"""The one place a member's runtime is built (:class:`~ensemble.members.runtime.Runtime`)."""
+"""The one place a member's runtime is built (:class:`~ensemble.members.runtime.Runtime`): the class its
+registration names (:data:`ensemble.models.runtimes.REGISTRY`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..models.runtimes import runtime_info
+
 if TYPE_CHECKING:
     from .base import Backend
     from .runtime import Runtime
+
+
+def runtime_class(loaded) -> type[Runtime]:
+    """The :class:`Runtime` subclass that computes ``loaded`` in this process, as its runtime's registration names it."""
+    return runtime_info(loaded.runtime).part("computes")
 
 
 def new_runtime(loaded, backend: Backend | None = None) -> Runtime:
@@ -15,10 +23,10 @@ def new_runtime(loaded, backend: Backend | None = None) -> Runtime:
     process on the model's own runtime (transformers or llama.cpp)."""
     if backend is not None and backend.remote:
         return backend.session(loaded)
-    if loaded.runtime == "llamacpp":
-        from .llamacpp import LlamaCppModel
+    return runtime_class(loaded).for_loaded(loaded)
 
-        return LlamaCppModel(loaded.model)
-    from .transformers import CachedModel
 
-    return CachedModel(loaded.model, loaded.device)
+def warm_runtime(loaded) -> int:
+    """Get ``loaded`` ready before its first run on its own runtime (llama.cpp reads the template head into the
+    first context); returns the ids read (0: nothing to do)."""
+    return runtime_class(loaded).warm(loaded)

@@ -43,6 +43,7 @@ import torch
 
 from ..errors import EnsembleError, ModelLoadError
 from ..models.gguf import GGUFWeights, lib
+from ..models.runtimes import runtime_info
 from ..tokens.response import common_prefix
 from .runtime import ForwardStats, Runtime
 
@@ -127,7 +128,7 @@ class LlamaCppModel(Runtime):
     this run's cache from the first pass on, which evaluates at least ``SHARED_PASS`` tokens.
     """
 
-    gil_free = True  # its passes are C calls that release the GIL: members can compute in threads
+    gil_free = runtime_info("llamacpp").thread_safe  # as registered: its passes are C calls that release the GIL
 
     def __init__(self, weights: GGUFWeights, threads: int | None = None):
         self.weights = weights
@@ -151,6 +152,14 @@ class LlamaCppModel(Runtime):
         self._busy = threading.RLock()
 
     # -- state -------------------------------------------------------------------------------------------
+    @classmethod
+    def for_loaded(cls, loaded) -> LlamaCppModel:
+        return cls(loaded.model)
+
+    @classmethod
+    def warm(cls, loaded) -> int:
+        return warm_context(loaded)
+
     @property
     def cache_ids(self) -> list[int]:
         """The ids the KV cache holds."""
@@ -299,8 +308,8 @@ class LlamaCppModel(Runtime):
 def warm_context(loaded) -> int:
     """On llama.cpp with the weights in this process: make the first run's context now and read the template head
     into it (contexts are handed from run to run, so the first run then starts where every run starts). Returns the
-    ids read; transformers models and weightless skeletons: nothing to do, 0."""
-    if loaded.runtime != "llamacpp" or not loaded.has_weights:
+    ids read; weightless skeletons: nothing to do, 0 (:meth:`LlamaCppModel.warm`, for models on llama.cpp only)."""
+    if not loaded.has_weights:
         return 0
     head = loaded.template_head()
     read = head if len(head) >= SHARED_PASS else []  # shorter heads are not reused (a short pass writes them)

@@ -4,7 +4,8 @@ Three runtimes implement :class:`Runtime`: transformers in this process (:mod:`.
 process (:mod:`.llamacpp`) and a member process of the Ray backend (:mod:`.ray`). A runtime knows nothing about
 text: it is asked for the logits after some positions of an id sequence (:meth:`Runtime.rows`) and keeps in its
 cache the longest prefix shared with the ids it was last asked about. What it may do is declared as class
-attributes (:attr:`Runtime.gil_free`, :attr:`Runtime.remote`), never probed.
+attributes (:attr:`Runtime.gil_free`, :attr:`Runtime.remote`), never probed; a registered runtime's come from its
+registration (:data:`ensemble.models.runtimes.REGISTRY`).
 
 A run hands each runtime its :class:`RunPolicy` once (:meth:`Runtime.configure`), and
 :func:`ensemble.members.factory.new_runtime` is the one place a runtime is built.
@@ -66,6 +67,17 @@ class Runtime:
 
     stats: ForwardStats
     policy: RunPolicy = RunPolicy()
+
+    @classmethod
+    def for_loaded(cls, loaded) -> Runtime:
+        """A fresh runtime for one run of ``loaded`` (:func:`ensemble.members.factory.new_runtime` calls it)."""
+        raise NotImplementedError
+
+    @classmethod
+    def warm(cls, loaded) -> int:
+        """Get ``loaded`` ready before its first run (its first context, say); returns the ids read, 0 when there
+        is nothing to do."""
+        return 0
 
     @property
     def cache_ids(self) -> list[int]:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
+from ..models.runtimes import runtime_info
 from ..tokens.response import common_prefix
 from .runtime import ForwardStats, Runtime
 
@@ -27,11 +28,17 @@ class CachedModel(Runtime):
         device: where its inputs go.
     """
 
+    gil_free = runtime_info("transformers").thread_safe  # as registered
+
     def __init__(self, model, device: str | torch.device):
         self.model = model
         self.device = torch.device(device)
         self.stats = ForwardStats()
         self.drop()
+
+    @classmethod
+    def for_loaded(cls, loaded) -> CachedModel:
+        return cls(loaded.model, loaded.device)
 
     @property
     def cache_ids(self) -> list[int]:

@@ -20,7 +20,7 @@ from .cache import is_cached, prepare, prepare_gguf
 from .catalogue import ModelSpec, Progress, hub_fallback_enabled, hub_reachable, missing_packages, resolve, stderr_progress
 from .device import resolve_device, resolve_dtype
 from .hub_errors import hub_error_message
-from .runtimes import pick_runtime, split_runtime
+from .runtimes import pick_runtime, runtime_info, split_runtime
 from .templates import PLAIN_STOPS, PromptTemplate
 
 
@@ -169,8 +169,13 @@ def load(
     base, asked = split_runtime(name)
     spec = resolve(base)
     chosen = pick_runtime(spec, asked or runtime, device)
-    if chosen == "llamacpp":
-        return _load_llamacpp(spec, name, device, dtype, progress, weights)
+    return runtime_info(chosen).part("loader")(spec, base, device, dtype, progress, weights, chosen)
+
+
+def load_transformers(spec: ModelSpec, base: str, device: str, dtype: str, progress: Progress, weights: bool,
+                      runtime: str) -> LoadedModel:
+    """A model on transformers (any hub id, folder or embedded model's float copy, any device); ``runtime`` is
+    the name it is registered under."""
     started = time.perf_counter()
     if weights:
         device_name, device_kwargs = resolve_device(device)
@@ -194,7 +199,8 @@ def load(
         model.to("cpu")
     loaded = wrap(spec.name, model, tokenizer, template=spec.template, source=source)
     loaded.spec = spec
-    loaded.load_args = (base, device, dtype, "transformers")
+    loaded.load_args = (base, device, dtype, runtime)
+    loaded.runtime = loaded.info["runtime"] = runtime
     loaded.has_weights = weights
     loaded.load_seconds = time.perf_counter() - started
     progress(f"{spec.name}: ready in {loaded.load_seconds:.1f} s", 1.0)
@@ -289,12 +295,13 @@ def _gguf_source(spec: ModelSpec, progress: Progress) -> tuple[Path, object, Sou
     )
 
 
-def _load_llamacpp(spec: ModelSpec, name: str, device: str, dtype: str, progress: Progress, weights: bool) -> LoadedModel:
+def load_llamacpp(spec: ModelSpec, base: str, device: str, dtype: str, progress: Progress, weights: bool,
+                  runtime: str) -> LoadedModel:
     """A GGUF on llama.cpp (:mod:`.gguf`; computed by :mod:`ensemble.members.llamacpp`): no de-quantization; tokenizer, key table and template from
     the transformers tokenizer of the same GGUF, whose ids are checked against llama.cpp's at load."""
     from .gguf import GGUFWeights, check_tokenizer, lib
 
-    if (device or "cpu").strip() not in ("cpu", "auto"):
+    if not runtime_info(runtime).runs_on(device):
         raise ModelLoadError(f"The llama.cpp runtime here computes on the CPU; for device {device!r} use --runtime transformers.")
     started = time.perf_counter()
     lib()  # a clear message now when llama-cpp-python is missing, before any file is prepared
@@ -326,11 +333,11 @@ def _load_llamacpp(spec: ModelSpec, name: str, device: str, dtype: str, progress
             "tokenizer": keys.scheme,
             "template": kind,
             "dtype": f"GGUF {quant}" if spec.kind != "embedded" else f"GGUF as shipped ({spec.embedded.gguf_mb} MB)",
-            "runtime": "llamacpp",
+            "runtime": runtime,
         },
-        load_args=(spec.name if spec.kind == "embedded" else spec.location, device, dtype, "llamacpp"),
+        load_args=(spec.name if spec.kind == "embedded" else spec.location, device, dtype, runtime),
         has_weights=weights,
-        runtime="llamacpp",
+        runtime=runtime,
     )
     loaded.load_seconds = time.perf_counter() - started
     progress(f"{spec.name}: ready on llama.cpp in {loaded.load_seconds:.1f} s", 1.0)

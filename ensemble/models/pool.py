@@ -10,7 +10,7 @@ from ..tokens.key_table import KeyTable
 from .catalogue import EMBEDDED, GPU_PRESETS, Progress, quiet_progress, resolve
 from .device import check_dtype
 from .loading import LoadedModel, load, load_tokenizer
-from .runtimes import check_runtime, pick_runtime, split_runtime
+from .runtimes import check_runtime, pick_runtime, runtime_info, split_runtime
 
 POOL_GB = "ENSEMBLE_LENS_POOL_GB"
 DEFAULT_POOL_GB = 8.0
@@ -20,8 +20,8 @@ def model_bytes(loaded: LoadedModel) -> int:
     """Memory held by a model's weights and buffers."""
     if not loaded.has_weights:
         return 0  # a skeleton on the meta device holds no memory
-    if loaded.runtime == "llamacpp":
-        return loaded.model.size_bytes  # the GGUF's tensors, memory-mapped
+    if not runtime_info(loaded.runtime).tensors:
+        return loaded.model.size_bytes  # its weights object says (a GGUF's tensors, memory-mapped)
     model = loaded.model
     tensors = [*model.parameters(), *model.buffers()]
     return sum(t.numel() * t.element_size() for t in tensors)

@@ -1,34 +1,171 @@
-"""Which runtime computes a model's forward passes: transformers (any model, any device) or llama.cpp (GGUF files
-on the CPU, :mod:`ensemble.members.llamacpp`), and what ``auto`` picks.
+"""The runtimes, registered like the methods: which runtime computes a model's forward passes, what each one can
+do, and what ``auto`` picks.
 
-A model name may carry its runtime (``qwen@llamacpp``); otherwise the run's runtime setting (``--runtime``,
-``ENSEMBLE_LENS_RUNTIME``, ``ModelPool(runtime=...)``) applies, and ``auto`` resolves per model here.
+Every runtime is one :class:`RuntimeInfo` in :data:`REGISTRY` (torch-free: the CLI, the app's controls and the
+views read it): its capabilities, and the dotted names of the code that loads, prepares and computes it, imported
+only when used. Nothing else compares a runtime's name (``tests/test_layers.py`` checks): a new runtime is one
+module (its :class:`~ensemble.members.runtime.Runtime` subclass in ``ensemble/members/``, with its loader in
+``ensemble/models/`` when this process holds its weights) and one registration here.
+
+A model name may carry its runtime (``qwen@llamacpp``, :func:`split_runtime`); otherwise the run's runtime setting
+(``--runtime``, ``ENSEMBLE_LENS_RUNTIME``, ``ModelPool(runtime=...)``) applies, and ``auto`` resolves per model here.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..errors import SettingsError
-from .catalogue import ModelSpec
 
-RUNTIMES = ("auto", "transformers", "llamacpp")
+if TYPE_CHECKING:
+    from .catalogue import ModelSpec
+
+AUTO = "auto"
 RUNTIME_ENV = "ENSEMBLE_LENS_RUNTIME"
 
 
+@dataclass(frozen=True)
+class RuntimeInfo:
+    """A runtime's declared capabilities and the code it is made of.
+
+    Attributes:
+        name: its name (``--runtime``, ``name@runtime``, ``LoadedModel.runtime``).
+        label: its name for people.
+        whole_rows: it gives a position's whole row of logits, so any token id's probability (False: only its
+            top ``top_k``).
+        top_k: how many of a row's best ids it gives when not whole rows (None: whole rows).
+        verify_in_line: it scores SpecEM's draft blocks after a shared context in one pass (``branch_scores``).
+        remote: it computes outside this process.
+        thread_safe: its passes release the GIL, so members on it compute at the same time in threads of one
+            process (:class:`ensemble.members.local.ThreadBackend`), each with its own thread count.
+        local_tokenizer: this process holds the model's tokenizer (the key tables come from it).
+        package: the optional package it needs, as imported (``llama_cpp``); None: always installed.
+        install: what to install when ``package`` is missing (the pip name).
+        devices: the devices it computes on (``auto`` counts as the CPU there); None: any device.
+        auto_on_cpu: ``auto`` picks it for the embedded models on the CPU when it is installed.
+        tensors: its weights are a torch module (their dtype and tensors are read; otherwise the weights object
+            gives ``size_bytes``).
+        loader: ``module:function`` loading a model on it,
+            ``(spec, base, device, dtype, progress, weights, runtime) -> LoadedModel``.
+        computes: ``module:class``, its :class:`~ensemble.members.runtime.Runtime` (``for_loaded(loaded)`` builds
+            one run's, ``warm(loaded)`` gets a model ready before the first run).
+        prepares: ``module:function`` getting an embedded model's files ready for it, ``(name, progress, force)``.
+        folder: ``module:function``, the prepared folder of an embedded model's spec.
+    """
+
+    name: str
+    label: str
+    loader: str
+    computes: str
+    prepares: str
+    folder: str
+    whole_rows: bool = True
+    top_k: int | None = None
+    verify_in_line: bool = True
+    remote: bool = False
+    thread_safe: bool = False
+    local_tokenizer: bool = True
+    package: str | None = None
+    install: str = ""
+    devices: tuple[str, ...] | None = None
+    auto_on_cpu: bool = False
+    tensors: bool = False
+
+    @property
+    def can_be_missing(self) -> bool:
+        """It needs an optional package, which an installation may lack (:meth:`available` tells)."""
+        return self.package is not None
+
+    def available(self) -> bool:
+        """Whether its package is installed (found, not imported)."""
+        return self.package is None or importlib.util.find_spec(self.package) is not None
+
+    def runs_on(self, device: str | None) -> bool:
+        """Whether it computes on ``device`` (``auto`` is the CPU for a CPU-only runtime)."""
+        return self.devices is None or (device or "cpu").strip() in (*self.devices, AUTO)
+
+    def prepared(self, name: str) -> bool:
+        """Whether an embedded model's files for this runtime are in the cache and pass their quick check."""
+        from .catalogue import EMBEDDED
+        from .integrity import verify_manifest
+
+        spec = EMBEDDED.get(name)
+        return spec is not None and verify_manifest(self.part("folder")(spec)) is None
+
+    def part(self, what: str):
+        """The code one of its ``module:name`` fields names (``loader``, ``computes``, ``prepares``, ``folder``)."""
+        module, _, attr = getattr(self, what).partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+REGISTRY: dict[str, RuntimeInfo] = {
+    r.name: r
+    for r in (
+        RuntimeInfo(
+            "transformers", "transformers", tensors=True,
+            loader="ensemble.models.loading:load_transformers", computes="ensemble.members.transformers:CachedModel",
+            prepares="ensemble.models:prepare", folder="ensemble.models.cache:model_cache",
+        ),
+        RuntimeInfo(
+            "llamacpp", "llama.cpp", thread_safe=True, package="llama_cpp", install="llama-cpp-python",
+            devices=("cpu",), auto_on_cpu=True,
+            loader="ensemble.models.loading:load_llamacpp", computes="ensemble.members.llamacpp:LlamaCppModel",
+            prepares="ensemble.models:prepare_gguf", folder="ensemble.models.cache:gguf_cache",
+        ),
+    )
+}
+"""Every runtime, in the order the CLI and the app list them; the first is the default (any model, any device)."""
+
+DEFAULT_RUNTIME = next(iter(REGISTRY))
+"""The runtime of a model built in memory (:func:`ensemble.models.loading.wrap`) and what ``auto`` falls back to."""
+RUNTIMES = (AUTO, *REGISTRY)
+"""The runtime setting's choices (the CLI's and the launcher's ``--runtime``)."""
+
+
+def runtime_names() -> list[str]:
+    """The registered runtimes' names (without ``auto``)."""
+    return list(REGISTRY)
+
+
+def runtime_info(name: str) -> RuntimeInfo:
+    """A registered runtime's declaration; an unknown name is a :class:`SettingsError`."""
+    found = REGISTRY.get(name) if isinstance(name, str) else None
+    if found is None:
+        raise SettingsError(f"Unknown runtime {str(name)[:40]!r}: use one of {', '.join(REGISTRY)}.")
+    return found
+
+
+def available_runtimes() -> list[str]:
+    """The registered runtimes this installation can run (an optional package may be missing)."""
+    return [r.name for r in REGISTRY.values() if r.available()]
+
+
 def split_runtime(name: str) -> tuple[str, str | None]:
-    """``"qwen@llamacpp"`` -> ``("qwen", "llamacpp")``; a name without ``@runtime`` -> ``(name, None)``."""
+    """``"qwen@llamacpp"`` -> ``("qwen", "llamacpp")``; a name without ``@runtime`` -> ``(name, None)``.
+
+    Only the last ``@`` splits, only when a runtime's name (or ``auto``) follows it, and never the ``@`` of a URL's
+    ``user@host``: ``org/model@v2``, ``http://user@host:8001/v1`` and ``qwen=http://u@llamacpp/v1`` stay whole."""
     base, sep, runtime = (name or "").rpartition("@")
-    if not sep or runtime not in RUNTIMES:
+    if not sep or not (runtime == AUTO or runtime in REGISTRY) or _in_url_authority(base):
         return name, None
     return base, runtime
 
 
+def _in_url_authority(before: str) -> bool:
+    """Whether an ``@`` after ``before`` separates a URL's user from its host (``scheme://user@host``)."""
+    _, scheme, rest = before.rpartition("://")
+    return bool(scheme) and "/" not in rest
+
+
 def check_runtime(runtime: str | None) -> str:
     """The runtime setting, checked (None and "" mean auto)."""
-    runtime = (runtime or "auto").strip()
-    if runtime not in RUNTIMES:
-        raise SettingsError(f"Unknown runtime {runtime[:40]!r}: use one of {', '.join(RUNTIMES)}.")
+    runtime = (runtime or AUTO).strip()
+    if runtime != AUTO and runtime not in REGISTRY:
+        raise SettingsError(f"Unknown runtime {runtime[:40]!r}: use one of {', '.join((AUTO, *REGISTRY))}.")
     return runtime
 
 
@@ -38,27 +175,24 @@ def runtime_from_env() -> str:
 
 
 def pick_runtime(spec: ModelSpec, asked: str | None, device: str = "cpu") -> str:
-    """The runtime a model runs on. ``auto``: llama.cpp for an embedded model on the CPU when
-    ``llama-cpp-python`` is installed (measured faster per token on reasoning prompts, docs/results.md "Members on
-    llama.cpp": the drafter alone 3.04x, SAFE 2.22x, UniTE 5.12x, SpecEM 2.21x against bfloat16 transformers on
-    2 cores; its first token comes later there, which ``--runtime transformers`` keeps), transformers otherwise — for any
-    Hugging Face model id and folder, for GPUs, and where llama.cpp is missing."""
+    """The runtime a model runs on. ``auto``: llama.cpp (the runtime declared ``auto_on_cpu``) for an embedded
+    model on the CPU when ``llama-cpp-python`` is installed (measured faster per token on reasoning prompts,
+    docs/results.md "Members on llama.cpp": the drafter alone 3.04x, SAFE 2.22x, UniTE 5.12x, SpecEM 2.21x against
+    bfloat16 transformers on 2 cores; its first token comes later there, which ``--runtime transformers`` keeps),
+    transformers otherwise — for any Hugging Face model id and folder, for GPUs, and where llama.cpp is missing."""
     asked = check_runtime(asked)
-    if asked != "auto":
+    if asked != AUTO:
         return asked
-    on_cpu = (device or "cpu").strip() in ("cpu", "auto") and not _gpu_asked(device)
-    return "llamacpp" if spec.kind == "embedded" and on_cpu and llamacpp_available() else "transformers"
-
-
-def llamacpp_available() -> bool:
-    """Whether ``llama-cpp-python`` is installed (found, not imported)."""
-    import importlib.util
-
-    return importlib.util.find_spec("llama_cpp") is not None
+    on_cpu = (device or "cpu").strip() in ("cpu", AUTO) and not _gpu_asked(device)
+    if spec.kind == "embedded" and on_cpu:
+        for runtime in REGISTRY.values():
+            if runtime.auto_on_cpu and runtime.available():
+                return runtime.name
+    return DEFAULT_RUNTIME
 
 
 def _gpu_asked(device: str | None) -> bool:
-    if (device or "").strip() != "auto":
+    if (device or "").strip() != AUTO:
         return False
     try:
         import torch

@@ -92,11 +92,11 @@ class MemberActor:
         self.default_threads = torch.get_num_threads()
         if how["kind"] == "load":
             from ...models import load, quiet_progress
-            from ..llamacpp import warm_context
+            from ..factory import warm_runtime
 
             loaded = load(how["name"], how["device"], how["dtype"], quiet_progress, runtime=how.get("runtime"))
             self._new = lambda: new_runtime(loaded)
-            self._warm = lambda: warm_context(loaded)
+            self._warm = lambda: warm_runtime(loaded)
         else:
             weights = InMemory(how["model"], how["device"])
             weights.model.eval()
@@ -114,7 +114,8 @@ class MemberActor:
         return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(), "threads": torch.get_num_threads()}
 
     def warm(self) -> int:
-        """The first run's context, its template head read (llama.cpp: :func:`ensemble.members.llamacpp.warm_context`), as the app's
+        """The first run's context, its template head read (its runtime's ``warm``: llama.cpp's
+        :func:`ensemble.members.llamacpp.warm_context`), as the app's
         warm-up does in process; returns the ids read."""
         return self._warm()
 
