@@ -300,7 +300,7 @@ def verify(ctx):
             fh.seek(200_000)
             fh.write(bytes([byte[0] ^ 1]))
         code, _, err, seconds = cli("models", "--verify", env={"ENSEMBLE_LENS_CACHE": str(folder)}, timeout=120)
-        named = "llamacpp" in err and "model.gguf" in err
+        named = f"{copy} fails" in err and "model.gguf" in err  # it names the GGUF folder and the file
         return code == 1 and named, f"exit {code} in {seconds:.1f} s: {one_line(err)!r}"
     finally:
         shutil.rmtree(folder, ignore_errors=True)

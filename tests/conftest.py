@@ -57,9 +57,9 @@ def pool() -> models.ModelPool:
 @pytest.fixture(scope="session")
 def llama_pool() -> models.ModelPool:
     """The embedded models on llama.cpp (CI builds llama-cpp-python and sets ENSEMBLE_LENS_REQUIRE_LLAMACPP=1)."""
-    from ensemble.models.runtimes import llamacpp_available
+    from ensemble.models.runtimes import runtime_info
 
-    if not llamacpp_available():
+    if not runtime_info("llamacpp").available():
         if os.environ.get("ENSEMBLE_LENS_REQUIRE_LLAMACPP") == "1":
             pytest.fail("llama-cpp-python is not installed: make deps builds it once into ~/.cache/ensemble-lens-wheels")
         pytest.skip("llama-cpp-python is not installed (make deps installs it)")

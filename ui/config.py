@@ -13,7 +13,7 @@ import os
 from ensemble.members import backend_from_env, make_backend, warm
 from ensemble.models import DEFAULT_MODELS, EMBEDDED, GPU_PRESETS, ModelPool
 from ensemble.models.access import offered_members
-from ensemble.models.runtimes import RUNTIMES, llamacpp_available, runtime_from_env
+from ensemble.models.runtimes import AUTO, available_runtimes, runtime_from_env
 from ui.files import project_file
 from ui.sessions import Session, Sessions
 
@@ -29,7 +29,7 @@ BACKEND_NAME, BACKEND_WHY = backend_from_env(DEVICE)  # ENSEMBLE_LENS_BACKEND=lo
 BACKEND = make_backend(BACKEND_NAME, device=DEVICE)  # where members compute; a process backend's pool holds no weights
 RUNTIME = runtime_from_env()  # ENSEMBLE_LENS_RUNTIME=auto|transformers|llamacpp (auto: llama.cpp for the embedded models on a CPU)
 POOL = ModelPool(device=DEVICE, runtime=RUNTIME, weights=not BACKEND.remote)
-RUNTIME_CHOICES = [r for r in RUNTIMES if r != "llamacpp" or llamacpp_available()]
+RUNTIME_CHOICES = [AUTO, *available_runtimes()]  # a runtime whose optional package is missing is not offered
 QUEUE_SIZE = int(os.environ.get("ENSEMBLE_LENS_QUEUE", "16"))
 RUN_CONCURRENCY = int(os.environ.get("ENSEMBLE_LENS_CONCURRENCY", "2"))
 MCP_SERVER = os.environ.get("ENSEMBLE_LENS_MCP", "1") != "0"  # the API's endpoints as MCP tools for agents

@@ -10,8 +10,8 @@ import argparse
 import os
 import sys
 
-RUNTIMES = ("auto", "transformers", "llamacpp")
-BACKENDS = ("auto", "local", "ray")
+from ensemble.members.backends import BACKENDS
+from ensemble.models.runtimes import RUNTIMES
 
 
 def build_parser() -> argparse.ArgumentParser:

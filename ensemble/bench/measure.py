@@ -58,9 +58,10 @@ def log(msg: str) -> None:
 
 
 def bench_load(names: list[str], device: str = "cpu", dtype: str = "auto", runtime: str = "transformers") -> dict:
-    from ..models import is_cached, is_gguf_cached, load, quiet_progress
+    from ..models import load, quiet_progress
+    from ..models.runtimes import runtime_info
 
-    cold = [n for n in names if not (is_gguf_cached(n) if runtime == "llamacpp" else is_cached(n))]
+    cold = [n for n in names if not runtime_info(runtime).prepared(n)]
     started = time.perf_counter()
     models = {}
     per_model = {}
@@ -268,13 +269,14 @@ def bench_runtimes(runtimes: dict[str, list], prompts: list[str], budget: int, l
     import os
 
     from ..members.local import SEQUENTIAL, THREADS
+    from ..models.runtimes import runtime_info
 
     base = {"max_new_tokens": budget}
     safe = {**base, "lookahead": lookahead}
     plan = []
     for name, members in runtimes.items():
         plan.append((f"drafter_alone@{name}", "single", base, {"solo": members[:1]}))
-        if name != "llamacpp":
+        if not runtime_info(name).thread_safe:  # members take turns: one way to run them
             plan += [(f"{m}@{name}", m, s, {"solo": members}) for m, s in (("safe", safe), ("unite", base), ("specem", base))]
             continue
         if (os.cpu_count() or 1) > 1:

@@ -55,12 +55,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def runtime_names(args) -> list[str]:
-    from ..models.runtimes import RUNTIMES
+    from ..models.runtimes import REGISTRY
 
     names = [r.strip() for r in args.runtimes.split(",") if r.strip()]
-    bad = [r for r in names if r not in RUNTIMES or r == "auto"]
+    bad = [r for r in names if r not in REGISTRY]
     if bad or len(names) < 1:
-        raise SettingsError(f"--runtimes takes transformers and/or llamacpp; got {args.runtimes!r}.")
+        raise SettingsError(f"--runtimes takes {' and/or '.join(REGISTRY)}; got {args.runtimes!r}.")
     return names
 
 

@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 from .. import models
-from ..models.cache import gguf_cache, model_cache
+from ..models.cache import model_cache
 from ..models.integrity import NOT_PREPARED, verify_manifest
+from ..models.runtimes import DEFAULT_RUNTIME, REGISTRY
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -19,8 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def runtime_folders(spec) -> dict[str, Path]:
-    """Every prepared-folder kind of an embedded model, by the runtime that reads it."""
-    return {"transformers": model_cache(spec), "llamacpp": gguf_cache(spec)}
+    """Every prepared-folder kind of an embedded model, by the runtime that reads it (as registered)."""
+    return {name: runtime.part("folder")(spec) for name, runtime in REGISTRY.items()}
 
 
 def cmd_models(args) -> int:
@@ -40,7 +41,7 @@ def cmd_models(args) -> int:
                 "model": spec.location,
                 "license": spec.license,
                 "installed": not missing,
-                "cached": checks["transformers"] is None,
+                "cached": checks[DEFAULT_RUNTIME] is None,  # the float copy, which any device reads
                 "cache": str(model_cache(spec)),
                 "runtimes": {r: {"folder": str(f), "status": checks[r] or "ready"} for r, f in runtime_folders(spec).items()},
                 "status": _status(checks, ready),

@@ -1,4 +1,5 @@
-"""``python -m ensemble prepare``: get the embedded models ready once, for the runtime that will compute them.
+"""``python -m ensemble prepare``: get the embedded models ready once, for the runtime that will compute them
+(each runtime's registration names what prepares its files, :data:`ensemble.models.runtimes.REGISTRY`).
 
 transformers needs the de-quantized float copy (assembled GGUF -> float model, about a minute per model the first
 time); llama.cpp needs only the GGUF as shipped and its tokenizer (:func:`ensemble.models.cache.prepare_gguf`)."""
@@ -10,7 +11,7 @@ import argparse
 from .. import models
 from ..errors import SettingsError
 from ..models import DEFAULT_MODELS
-from ..models.runtimes import RUNTIME_ENV, RUNTIMES, pick_runtime
+from ..models.runtimes import RUNTIME_ENV, RUNTIMES, pick_runtime, runtime_info, runtime_names
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--runtime",
         choices=(*RUNTIMES, "all"),
         default=os.environ.get(RUNTIME_ENV) or "auto",
-        help="prepare for this runtime (auto: the one each model will run on; all: both, as the tests need) "
+        help="prepare for this runtime (auto: the one each model will run on; all: every runtime, as the tests need) "
         f"(default: ${RUNTIME_ENV} or auto)",
     )
     p.add_argument("--install", action="store_true",
@@ -56,11 +57,8 @@ def cmd_prepare(args) -> int:
     if args.install:
         install_packages(names)
     for name in names:
-        wanted = ["transformers", "llamacpp"] if args.runtime == "all" else [pick_runtime(models.EMBEDDED[name], args.runtime)]
+        wanted = runtime_names() if args.runtime == "all" else [pick_runtime(models.EMBEDDED[name], args.runtime)]
         for runtime in wanted:
-            if runtime == "llamacpp":
-                folder = models.prepare_gguf(name, force=args.force)
-            else:
-                folder = models.prepare(name, force=args.force)
+            folder = runtime_info(runtime).part("prepares")(name, force=args.force)
             print(f"{name}: ready for {runtime} in {folder}")
     return 0

@@ -32,7 +32,19 @@ from .backends import (
 from .base import Backend
 from .factory import new_runtime
 from .local import LocalBackend
-from .runtime import ForwardStats, RunPolicy, Runtime
+
+_RUNTIME = ("ForwardStats", "RunPolicy", "Runtime")
+"""From :mod:`.runtime`, loaded on first use: it reads torch, which the backend names (``ensemble-lens --help``)
+do not need."""
+
+
+def __getattr__(name):
+    if name in _RUNTIME:
+        from . import runtime
+
+        return getattr(runtime, name)
+    raise AttributeError(name)
+
 
 __all__ = [
     "BACKENDS",

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from ..errors import InputError, UnknownModelError, name_list
 from .catalogue import resolve
-from .runtimes import check_runtime, split_runtime
+from .runtimes import check_runtime, runtime_info, split_runtime
 
 ALLOW_PATHS = "ENSEMBLE_LENS_ALLOW_PATHS"
 ALLOW_MODELS = "ENSEMBLE_LENS_ALLOW_MODELS"
@@ -67,7 +67,9 @@ def offered_members(names, shown: Iterable[str], runtime: str | None, server_run
         raise InputError("Choose at least one model.")
     runtime = check_runtime(runtime) if runtime else None
     if runtime is not None and runtime not in runtimes:
-        raise InputError(f"This server cannot run models on {runtime}: llama-cpp-python is not installed here.")
+        info = runtime_info(runtime)  # what a server leaves out is a runtime whose optional package is missing
+        why = f"{info.install} is not installed here" if info.can_be_missing else "this server does not offer it"
+        raise InputError(f"This server cannot run models on {runtime}: {why}.")
     chosen = []
     for name in out:
         base, own = split_runtime(name.strip())

@@ -66,10 +66,10 @@ def _members(proc: subprocess.Popen) -> dict[int, str]:
 
 @pytest.fixture(scope="module")
 def ray_app(free_port_number):
-    from ensemble.models.runtimes import llamacpp_available
+    from ensemble.models.runtimes import runtime_info
 
     env = dict(os.environ, ENSEMBLE_LENS_BACKEND="ray", GRADIO_SERVER_PORT=str(free_port_number),
-               ENSEMBLE_LENS_RUNTIME="llamacpp" if llamacpp_available() else "transformers", PYTHONUNBUFFERED="1")
+               ENSEMBLE_LENS_RUNTIME="llamacpp" if runtime_info("llamacpp").available() else "transformers", PYTHONUNBUFFERED="1")
     (ROOT / ".pytest_cache").mkdir(exist_ok=True)
     with open(ROOT / ".pytest_cache" / "ray-app.log", "w") as log:  # what the app printed, for a failing test
         proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)

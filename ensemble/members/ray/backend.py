@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from ...errors import Cancelled, EnsembleError, MemberDied
+from ...models.runtimes import runtime_info
 from ...tokens.distribution import FullDist, SizedDist
 from ...tokens.response import common_prefix
 from ..base import Backend, Pooled, role_threads
@@ -259,7 +260,7 @@ class RayBackend(Pooled, Backend):
         member's own node resolves), or the in-memory model itself (pickled: tests' small models)."""
         if loaded.load_args:
             name, device, dtype, runtime = loaded.load_args
-            if loaded.has_weights and runtime == "transformers":
+            if loaded.has_weights and runtime_info(runtime).tensors:  # a torch module: the dtype of its tensors
                 dtype = str(next(loaded.model.parameters()).dtype).removeprefix("torch.")
             return {"kind": "load", "name": name, "device": device, "dtype": dtype, "runtime": runtime}
         return {"kind": "object", "model": loaded.model, "device": loaded.device}
