@@ -177,6 +177,46 @@ def test_the_method_name_check_finds_the_comparisons_it_forbids():
     assert method_name_comparisons('x = fusion == "gac"\ny = method == other') == []
 
 
+def runtime_name_comparisons(source: str) -> list[str]:
+    """Comparisons with a runtime's name written as a string (``loaded.runtime == "llamacpp"``, ``r != "llamacpp"``,
+    ``runtime in ("transformers", ...)``), and lists holding two or more runtime names (a second copy of the
+    registry's): what a runtime can do comes from its declared capabilities (:mod:`ensemble.models.runtimes`)."""
+    from ensemble.models.runtimes import runtime_names
+
+    names = set(runtime_names())
+
+    def runtime_string(node: ast.AST) -> bool:
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(runtime_string(e) for e in node.elts)
+        return isinstance(node, ast.Constant) and node.value in names
+
+    def forbidden(node: ast.AST) -> bool:
+        if isinstance(node, ast.Compare):
+            return any(runtime_string(o) for o in [node.left, *node.comparators])
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return sum(isinstance(e, ast.Constant) and e.value in names for e in node.elts) > 1
+        return False
+
+    return [ast.unparse(node) for node in ast.walk(ast.parse(source)) if forbidden(node)]
+
+
+def test_no_runtime_name_is_compared_as_a_string_outside_the_registry():
+    """Only the runtime registry knows runtimes by name; the factory, the pool, prepare, bench and the app ask it."""
+    allowed = {ENGINE / "models" / "runtimes.py"}
+    sources = [*ENGINE.rglob("*.py"), *(ROOT / "ui").rglob("*.py"), *(ROOT / "visual").rglob("*.py"), ROOT / "app.py",
+               *(ROOT / "scripts").rglob("*.py")]
+    found = {str(p.relative_to(ROOT)): hits for p in sources if p not in allowed
+             for hits in [runtime_name_comparisons(p.read_text(encoding="utf-8"))] if hits}
+    assert not found, found
+
+
+def test_the_runtime_name_check_finds_the_comparisons_it_forbids():
+    assert sorted(runtime_name_comparisons(
+        'a = loaded.runtime == "llamacpp"\nb = [r for r in x if r != "transformers"]\nc = ("auto", "transformers", "llamacpp")'
+    )) == ["('auto', 'transformers', 'llamacpp')", "loaded.runtime == 'llamacpp'", "r != 'transformers'"]
+    assert runtime_name_comparisons('a = info["transformers"]\nb = runtime == other\nc = method == "safe"') == []
+
+
 def test_what_the_views_read_loads_without_torch():
     """``visual/`` reads traces, keys, capabilities and the words for them; none of that loads a model library
     (the ``ensemble.trace`` package re-exports record.py's names, so this also covers them)."""
@@ -197,3 +237,18 @@ def test_the_settings_import_first():
     code = "import ensemble.settings\nfrom ensemble.trace import RunTrace\nprint(RunTrace.__name__)\n"
     done = fresh_python(code)
     assert done.stdout.strip() == "RunTrace", done.stdout
+
+
+def test_the_launcher_reads_the_runtime_and_backend_names_without_torch():
+    """``ensemble-lens --help`` (``ui/serve.py``) lists the registered runtimes and the backends from their one
+    declaration each, and that loads no model library (the members package reads torch only for its runtimes)."""
+    code = (
+        "import sys\n"
+        "import ui.serve\n"
+        "from ensemble.members.backends import BACKENDS\n"
+        "from ensemble.models.runtimes import RUNTIMES\n"
+        "assert ui.serve.RUNTIMES is RUNTIMES and ui.serve.BACKENDS is BACKENDS\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'gradio') if m in sys.modules))\n"
+    )
+    done = fresh_python(code)
+    assert done.stdout.strip() == "[]", done.stdout
