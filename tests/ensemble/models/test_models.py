@@ -34,6 +34,19 @@ def test_names_resolve_to_embedded_hub_and_local(tmp_path):
     assert models.resolve(str(gguf_only)).kind == "local"
 
 
+def test_a_runtime_suffix_never_splits_a_url():
+    """``name@runtime`` splits on the last "@" only when a runtime's name follows it and that "@" is not a URL's
+    ``user@host``: a member named by a URL (``qwen=http://127.0.0.1:8001/v1``, the syntax kept for server members)
+    stays whole."""
+    from ensemble.models.runtimes import split_runtime
+
+    assert split_runtime("qwen@llamacpp") == ("qwen", "llamacpp")
+    assert split_runtime("/models/m@transformers") == ("/models/m", "transformers")
+    for whole in ("org/model@v2", "qwen=http://127.0.0.1:8001/v1", "http://user@llamacpp", "qwen=https://me@llamacpp",
+                  "http://u@h:8001/v1", "qwen=http://u@transformers:8001/v1"):
+        assert split_runtime(whole) == (whole, None), whole
+
+
 def test_missing_package_names_it_and_the_install_command(monkeypatch):
     real = importlib.util.find_spec
 
