@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def runtime_folders(spec) -> dict[str, Path]:
     """Every prepared-folder kind of an embedded model, by the runtime that reads it (as registered)."""
-    return {name: runtime.part("folder")(spec) for name, runtime in REGISTRY.items()}
+    return {name: runtime.part("folder")(spec) for name, runtime in REGISTRY.items() if runtime.folder is not None}
 
 
 def cmd_models(args) -> int:

@@ -11,7 +11,7 @@ import argparse
 from .. import models
 from ..errors import SettingsError
 from ..models import DEFAULT_MODELS
-from ..models.runtimes import RUNTIME_ENV, RUNTIMES, pick_runtime, runtime_info, runtime_names
+from ..models.runtimes import RUNTIME_ENV, RUNTIMES, pick_runtime, prepared_runtimes, runtime_info
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -57,8 +57,12 @@ def cmd_prepare(args) -> int:
     if args.install:
         install_packages(names)
     for name in names:
-        wanted = runtime_names() if args.runtime == "all" else [pick_runtime(models.EMBEDDED[name], args.runtime)]
+        wanted = prepared_runtimes() if args.runtime == "all" else [pick_runtime(models.EMBEDDED[name], args.runtime)]
         for runtime in wanted:
-            folder = runtime_info(runtime).part("prepares")(name, force=args.force)
+            info = runtime_info(runtime)
+            if info.prepares is None:
+                print(f"{name}: nothing to prepare for {runtime}")
+                continue
+            folder = info.part("prepares")(name, force=args.force)
             print(f"{name}: ready for {runtime} in {folder}")
     return 0

@@ -53,16 +53,17 @@ class RuntimeInfo:
             ``(spec, base, device, dtype, progress, weights, runtime) -> LoadedModel``.
         computes: ``module:class``, its :class:`~ensemble.members.runtime.Runtime` (``for_loaded(loaded)`` builds
             one run's, ``warm(loaded)`` gets a model ready before the first run).
-        prepares: ``module:function`` getting an embedded model's files ready for it, ``(name, progress, force)``.
-        folder: ``module:function``, the prepared folder of an embedded model's spec.
+        prepares: ``module:function`` getting an embedded model's files ready for it, ``(name, progress, force)``;
+            None: it reads no prepared files (``prepare`` and ``models`` skip it).
+        folder: ``module:function``, the prepared folder of an embedded model's spec (None with ``prepares``).
     """
 
     name: str
     label: str
     loader: str
     computes: str
-    prepares: str
-    folder: str
+    prepares: str | None = None
+    folder: str | None = None
     whole_rows: bool = True
     top_k: int | None = None
     verify_in_line: bool = True
@@ -93,6 +94,8 @@ class RuntimeInfo:
         from .catalogue import EMBEDDED
         from .integrity import verify_manifest
 
+        if self.folder is None:
+            return True
         spec = EMBEDDED.get(name)
         return spec is not None and verify_manifest(self.part("folder")(spec)) is None
 
@@ -137,6 +140,11 @@ def runtime_info(name: str) -> RuntimeInfo:
     if found is None:
         raise SettingsError(f"Unknown runtime {str(name)[:40]!r}: use one of {', '.join(REGISTRY)}.")
     return found
+
+
+def prepared_runtimes() -> list[str]:
+    """The registered runtimes that read prepared files of the embedded models (``prepare --runtime all``)."""
+    return [r.name for r in REGISTRY.values() if r.prepares is not None]
 
 
 def available_runtimes() -> list[str]:

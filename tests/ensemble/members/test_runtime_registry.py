@@ -39,9 +39,10 @@ def test_every_registered_runtime_declares_what_it_can_do_and_names_code_that_ex
     assert ("auto", *runtimes.REGISTRY) == runtimes.RUNTIMES and runtimes.DEFAULT_RUNTIME == "transformers"
     for info in runtimes.REGISTRY.values():
         for part in ("loader", "computes", "prepares", "folder"):
-            assert callable(info.part(part)), (info.name, part)
+            assert getattr(info, part) is None or callable(info.part(part)), (info.name, part)
         assert info.part("computes").gil_free == info.thread_safe  # the class's flag is the registration's
         assert info.whole_rows and info.top_k is None and info.verify_in_line and info.local_tokenizer and not info.remote
+    assert runtimes.prepared_runtimes() == ["transformers", "llamacpp"]  # prepare --runtime all
     llama = runtimes.runtime_info("llamacpp")
     assert llama.label == "llama.cpp" and llama.can_be_missing and llama.thread_safe and not llama.runs_on("cuda:0")
     assert not runtimes.runtime_info("transformers").can_be_missing and runtimes.runtime_info("transformers").runs_on("cuda:0")
@@ -62,8 +63,7 @@ def test_a_new_runtime_is_one_registration(monkeypatch, tiny):
     """Registered and nothing else: it is a runtime choice and a ``name@runtime`` suffix, models load through its
     loader, runs compute through its class, and the pool sizes its weights."""
     info = runtimes.RuntimeInfo("counted", "counted", loader=f"{__name__}:_load_counted", computes=f"{__name__}:_Counted",
-                                prepares="ensemble.models:prepare", folder="ensemble.models.cache:model_cache",
-                                tensors=True)
+                                tensors=True)  # no files to prepare
     monkeypatch.setitem(runtimes.REGISTRY, "counted", info)
     monkeypatch.setitem(_HELD, "model", tiny["smollm2"])
     assert runtimes.split_runtime("smollm2@counted") == ("smollm2", "counted")
@@ -76,3 +76,4 @@ def test_a_new_runtime_is_one_registration(monkeypatch, tiny):
     assert _Counted.built == built + 1
     assert trace.error is None and trace.text == generate([tiny["smollm2"]], "2 + 2 =", "single", settings).text
     assert models.model_bytes(loaded) == models.model_bytes(tiny["smollm2"]) > 0
+    assert info.prepared("smollm2") and "counted" not in runtimes.prepared_runtimes()
