@@ -18,15 +18,15 @@ PLACES = 6
 """Decimal places a trace keeps of a probability, score or weight (``round(x, 6)`` in ``ensemble/methods``)."""
 FOUR_PLACES = frozenset({"weights", "primary_top", "mean_prob", "probs", "fused_prob", "accept_prob", "support", "et_ratio"})
 """Fields the engine rounds to 4 places instead (a fusion's model weights, SAFE's and GaC's decision details, E/T)."""
-LOGIT_SLACK = 1e-4
-"""How far one float32 logit may move when the same numbers are summed in another order: the bound the cache and
-in-line scoring tests hold (``tests/ensemble/methods/test_member.py``, atol 1e-4). Another CPU's kernels (AVX-512,
-AVX2, none) change the order of those sums in the same way."""
+LOGIT_SLACK = 2e-4
+"""How far one float32 logit of the tiny models (|z| up to 25) may move when torch's kernels for another instruction
+set sum the same numbers in another order: measured on one Intel Xeon against AVX-512, up to 1.0e-5 with AVX2 and
+1.1e-4 with no vector extension (``ATEN_CPU_CAPABILITY=default``; issue 39); twice the larger."""
 KERNEL_REL = 4 * LOGIT_SLACK
 """What that adds to a recorded value, relative to it: a logit off by d moves a softmax probability by at most a
 factor e^(2d) (its own logit and the normaliser each by d), ~2d; a ratio of two such values (a renormalised
 sharpened distribution, SpecEM's softmax over mean log-probabilities, SAFE's acceptance ratio) by ~4d. Every
-recorded number lies in [0, 1], so this is at most 4e-4 absolute: a real change of 1e-3 still fails."""
+recorded number lies in [0, 1], so this is at most 8e-4 absolute: a real change of 1e-3 still fails."""
 
 
 def tolerance(want: float, places: int) -> float:
@@ -87,6 +87,11 @@ def test_the_comparison_allows_one_rounding_unit_and_fails_a_real_change():
     same(_moved(want, six, 1e-6), want)
     same(_moved(want, four, 1e-4), want)
     same(_moved(want, small, -1e-6), want)  # the failing case of issue 39: 0.022572 against 0.022571
+    near_one = json.loads((GOLDEN / "gac.json").read_text(encoding="utf-8"))
+    at = next(i for i, t in enumerate(near_one["tokens"]) if max(t["details"].get("support", {0: 0}).values()) > 0.99)
+    top = max(near_one["tokens"][at]["details"]["support"].items(), key=lambda kv: kv[1])[0]
+    with pytest.raises(AssertionError):  # the loosest case: a value near 1 kept to 4 places
+        same(_moved(near_one, ("tokens", at, "details", "support", top), -1e-3), near_one)
     for path in (six, four, small):
         for by in (1e-3, -1e-3):
             with pytest.raises(AssertionError):
