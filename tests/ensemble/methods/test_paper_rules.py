@@ -177,9 +177,11 @@ def test_safe_consensus_mean_uses_the_model_weights(tiny):
         if not probs:
             continue
         mean = sum(weights[m] * p for m, p in probs.items()) / sum(weights[m] for m in probs)
+        # Each probability is recorded to 4 places (off by at most 0.5e-4, so their weighted mean is too) and so is
+        # mean_prob: the two differ by at most 1e-4; the rest is the float slack of a decimal's binary spelling.
         assert t.details["mean_prob"] == pytest.approx(mean, abs=2e-4)
-        if t.decision != "consensus" or t.condition == "confident":
-            assert (t.condition == "confident") == (mean > 0.5)
+        if (t.decision != "consensus" or t.condition == "confident") and abs(mean - 0.5) > 1e-4:
+            assert (t.condition == "confident") == (mean > 0.5)  # (within 1e-4 of 0.5 the rounded values cannot tell)
         checked += 1
     assert checked >= 5
 
