@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast space screenshots deps prepare prepare-all browser lint bench clean
+.PHONY: demo test test-fast test-kernels space screenshots deps prepare prepare-all browser lint bench clean
 
 # llama-cpp-python has no wheel on PyPI for this platform: it is built from source once per machine (10-17 minutes on
 # 2 cores) into a wheel folder outside the repository, keyed by the CPU's flags (the build is tuned to this CPU), and
@@ -59,6 +59,24 @@ prepare-all: deps
 
 test: prepare-all browser lint
 	ENSEMBLE_LENS_REQUIRE_LLAMACPP=1 $(PY) -m pytest
+	@$(MAKE) --no-print-directory test-kernels
+
+# The engine's golden traces and its parity tests again with torch's CPU kernels forced to other instruction sets
+# (AVX2, and "default": no vector extension), so that a digit or a decision that depends on this CPU's kernels fails
+# here and not on a user's machine (issue 39). Tiny models only; part of `make test` (docs/testing.md).
+KERNEL_ISAS  := avx2 default
+KERNEL_TESTS := tests/ensemble/methods/test_golden_traces.py tests/ensemble/methods/test_member.py::test_tiny_parity_with_generate
+
+# torch ignores a capability it does not know: on x86-64 the run fails unless the kernels are the forced ones
+export KERNELS_USED := import os, platform, torch; used = torch.backends.cpu.get_cpu_capability(); print("torch kernels:", used); \
+  assert platform.machine() != "x86_64" or used.lower() == os.environ["ATEN_CPU_CAPABILITY"], "torch did not take ATEN_CPU_CAPABILITY"
+
+test-kernels: deps
+	@for isa in $(KERNEL_ISAS); do \
+	  echo "== the golden and parity tests with ATEN_CPU_CAPABILITY=$$isa"; \
+	  ATEN_CPU_CAPABILITY=$$isa $(PY) -c "$$KERNELS_USED" || exit 1; \
+	  ATEN_CPU_CAPABILITY=$$isa $(PY) -m pytest -q -p no:cacheprovider -m "not embedded" $(KERNEL_TESTS) || exit 1; \
+	done
 
 # The fast unit tier: tiny models with the real tokenizers shipped in tests/fixtures/tokenizers; needs neither the
 # model packages nor their cache, one pytest worker per core.

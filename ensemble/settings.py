@@ -18,6 +18,10 @@ SCORINGS = ("logprob", "logit")
 SHARPEN_SCOPES = ("guarded", "vocabulary")
 """Which keys heuristic sharpening lets absorb (:mod:`ensemble.methods.fusion`): the released code's guards, or any key of
 the drafter's vocabulary."""
+UNITE_MISSING = ("once", "prefix")
+"""What UniTE gives a union key a model has no token for (:mod:`ensemble.methods.fusion`): the first token of the
+model's encoding of it unless that token already stands for another key (one probability counted once), or that
+token's score whatever it stands for (the SAFE authors' released code)."""
 AFTER_KEPT = ("walk-on", "end-round")
 """What SAFE does after an ensembled token that keeps the draft: walk on through the draft, or end the round and
 draft again (Alg. 1, line 10)."""
@@ -106,6 +110,12 @@ class Settings:
         drafter: SAFE's drafter (default: the first model).
         lookahead: SAFE's draft length n.
         fusion: SAFE's fusion plug-in (unite | gac).
+        unite_missing: UniTE (the method, and SAFE with ``fusion="unite"``), a union key a model has no token for
+            (smollm2 has "." and "\\n" but no ".\\n"). ``once`` (default): the logit of the first token of the
+            model's own encoding of the key, unless that token already stands for another key of the union, which
+            then gives the key nothing (UniTE's rule as docs/algorithms.md reads it: one token's probability is
+            counted once). ``prefix``: that first token's logit whatever it stands for, so smollm2's "." is counted
+            for ".", ".\\n" and ".\\n\\n" (the SAFE authors' released code; for comparing with it).
         after_kept: SAFE, after a fused token that keeps the draft: ``walk-on`` through the rest of the draft
             (default) or ``end-round`` and draft again from there (Alg. 1 line 10, i <- j+1). walk-on stays the
             default: on two GSM8K questions end-round wrote the same text and discarded 2-4x the drafted tokens
@@ -157,6 +167,10 @@ class Settings:
                              widget="slider")
     fusion: str = setting("unite", kind="choice", choices=FUSIONS, help="SAFE fusion: unite | gac", label="SAFE fusion",
                           widget="radio")
+    unite_missing: str = setting("once", kind="choice", choices=UNITE_MISSING,
+                                 help="UniTE, a key a model has no token for: once (default: the first token of its "
+                                 "encoding unless that token stands for another key) | prefix (that token even so: "
+                                 "the released code's)", label="UniTE missing key", widget="radio")
     after_kept: str = setting("walk-on", kind="choice", choices=AFTER_KEPT,
                               help="SAFE after a fused token that keeps the draft: walk-on (default) | end-round (Alg. 1)",
                               label="SAFE after a kept fusion", widget="radio")

@@ -10,7 +10,7 @@ import gradio as gr
 from ensemble.errors import SettingsError
 from ensemble.settings import Settings, Spec, check_value, default_of, specs
 
-ROW_SIZES = (4, 5, 5, 3)  # controls per row of the "Engine settings" accordion
+ROW_SIZES = (4, 5, 5, 4)  # controls per row of the "Engine settings" accordion
 
 
 def control_names() -> list[str]:

@@ -79,7 +79,7 @@ def report_meta(meta: dict) -> dict:
     settings = meta.get("settings", {})
     machine = meta.get("machine", {})
     shown = ("max_new_tokens", "temperature", "top_k", "lookahead", "segment_len", "eta", "sharpen", "sharpen_scope", "gac_gate",
-             "after_kept")
+             "after_kept", "unite_missing")
     return {
         "command": meta.get("command", ""),
         "data": f"{meta.get('data', {}).get('path', '')} (sha256 {meta.get('data', {}).get('sha256', '')[:12]}…)",

@@ -30,6 +30,7 @@ def run_every_token(run: Run, fusion: str) -> Iterator:
         sharpen=settings.sharpen_for(run.method),
         lam=settings.sharpen_lambda,
         scope=settings.sharpen_scope,
+        missing=settings.unite_missing,
         weights=settings.weights,
         temperature=settings.temperature,
     )

@@ -7,8 +7,13 @@ Two plug-ins meet on keys (the exact text a token appends, see :mod:`ensemble.to
   key is that of its token with exactly this key (the likeliest, when several ids share it), else of the
   first token of its encoding of the key, unless that token already stands for another key of U for this
   model (exact keys claim their tokens first, then fallbacks in union order): then the key gets no mass
-  from the model, so one token's probability is never counted twice (UniTE's own rule); softmax over U per
-  model, then a weighted average.
+  from the model, so one token's probability is never counted twice; softmax over U per model, then a
+  weighted average. That is the reading we chose, ``missing="once"`` (the setting ``unite_missing``, the
+  default): the fallback to the first token is UniTE's, and counting that token once keeps each model's
+  softmax over U a distribution over distinct continuations, so no model votes twice for the same text.
+  ``missing="prefix"`` is the SAFE authors' released code: the first token's logit whatever else it stands
+  for, so a model without ".\\n" gives ".\\n" (and ".\\n\\n") the score of its own "." and its one probability
+  is counted two or three times (docs/algorithms.md, "UniTE").
 * **GaC** (Yu et al., arXiv 2406.12585): every token of every vocabulary is mapped once to its key in a
   union vocabulary (a 0/1 map per model, ids with one key summed); the fused distribution is the weighted
   sum of the full distributions in that space. GaC's gate (fuse only when the main model is unsure) is
@@ -44,7 +49,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..settings import SHARPEN_SCOPES
+from ..settings import SHARPEN_SCOPES, UNITE_MISSING
 from ..tokens.distribution import Dist, FullDist, summary_size
 from ..tokens.key_table import KeyTable, display_key
 from ..trace import FusionRecord
@@ -226,6 +231,8 @@ class Fuser:
         lam: the heuristic's threshold λ.
         scope: which keys the heuristic lets absorb: ``"guarded"`` (the drafter's top 10, a whitespace-only key
             only whitespace) or ``"vocabulary"`` (any key of the drafter's vocabulary); the module's docstring.
+        missing: UniTE, a union key a model has no token for: ``"once"`` (its first token's logit unless that
+            token stands for another key of the union) or ``"prefix"`` (even so); the module's docstring.
         weights: model weights (normalised; equal when None).
         temperature: logits are divided by it before the softmax (sampling runs); 0 means 1.
         whole: GaC over the whole union from whole rows even where the summaries decide (a check of them).
@@ -248,9 +255,13 @@ class Fuser:
         temperature: float = 0.0,
         whole: bool = False,
         scope: str = "guarded",
+        missing: str = "once",
     ):
         if scope not in SHARPEN_SCOPES:
             raise ValueError(f"unknown sharpening scope {scope!r}: one of {', '.join(SHARPEN_SCOPES)}")
+        if missing not in UNITE_MISSING:
+            raise ValueError(f"unknown rule for a missing UniTE key {missing!r}: one of {', '.join(UNITE_MISSING)}")
+        self.count_once = missing == "once"
         self.names, self.tables = names, tables
         self.fusion, self.top_k, self.sharpen, self.lam = fusion, top_k, sharpen, lam
         self.guarded = scope == "guarded"
@@ -324,7 +335,7 @@ class Fuser:
                 ids = exact[i]
                 if not ids:
                     first = self._first(m, key)
-                    if first is not None and first not in claimed:
+                    if first is not None and (first not in claimed or not self.count_once):
                         ids = [first]
                         claimed.add(first)
                 if not ids:

@@ -181,6 +181,7 @@ class Safe:
             sharpen=settings.sharpen_for(run.method),
             lam=settings.sharpen_lambda,
             scope=settings.sharpen_scope,
+            missing=settings.unite_missing,
             weights=settings.safe_weights(self.drafter.name),
             temperature=settings.temperature,
         )

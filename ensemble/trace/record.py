@@ -265,7 +265,8 @@ def _migrate(data: dict) -> None:
     Traces made before the ``drafter_weight`` setting existed weighed SAFE's drafter like every model: their
     settings get ``drafter_weight`` 1, so an explanation of their weighted means stays true. Traces made before
     ``sharpen_scope`` and ``after_kept`` existed sharpened from the drafter's whole vocabulary and walked on after a
-    kept fusion (issue 30): their settings say so.
+    kept fusion (issue 30): their settings say so. Traces made before ``unite_missing`` existed counted a missing
+    UniTE key's fallback token once (issue 39): ``once``.
     """
     if data["schema_version"] == 1:
         data["drafter"] = _v1_drafter(data)
@@ -274,6 +275,7 @@ def _migrate(data: dict) -> None:
         data["settings"].setdefault("drafter_weight", 1.0)
         data["settings"].setdefault("sharpen_scope", "vocabulary")
         data["settings"].setdefault("after_kept", "walk-on")
+        data["settings"].setdefault("unite_missing", "once")
 
 
 def _v1_drafter(data: dict) -> str | None:

@@ -78,6 +78,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
         (["--max-prompt-tokens", "64"], "max_prompt_tokens", 64),
         (["--sharpen-scope", "vocabulary"], "sharpen_scope", "vocabulary"),
         (["--after-kept", "end-round"], "after_kept", "end-round"),
+        (["--unite-missing", "prefix"], "unite_missing", "prefix"),
     ],
 )
 @pytest.mark.parametrize("command", ["generate", "evaluate"])

@@ -30,6 +30,7 @@ def test_fixture_round_trip(name):
     expected["settings"].setdefault("drafter_weight", 1.0)  # written before SAFE weighed its drafter: equal weights
     expected["settings"].setdefault("sharpen_scope", "vocabulary")  # written before issue 30's guards: the old reading
     expected["settings"].setdefault("after_kept", "walk-on")  # likewise: they walked on after a kept fusion
+    expected["settings"].setdefault("unite_missing", "once")  # written before issue 39's option: the default rule
     expected.update(schema_version=2, drafter=V1_DRAFTERS[name])
     assert again.to_dict() == trace.to_dict() == expected
 
@@ -39,6 +40,7 @@ def test_fresh_trace_round_trip(tiny):
     data = json.loads(trace.to_json())
     assert data["schema_version"] == 2 and data["method"] == "safe" and data["drafter"] == "tiny-qwen"
     assert data["settings"]["sharpen_scope"] == "guarded" and data["settings"]["after_kept"] == "walk-on"  # the options used
+    assert data["settings"]["unite_missing"] == "once"
     assert RunTrace.from_dict(data).to_dict() == trace.to_dict()
     for key in ("generated_tokens", "ensemble_steps", "et_ratio", "latency_s", "tokens_per_s"):
         assert key in data["stats"]
