@@ -54,6 +54,18 @@ def understate(path: Path, member: str) -> None:
     path.write_bytes(bytes(data))
 
 
+def raw_call(url: str, endpoint: str, data: list) -> str:
+    """An API call with hand-written JSON (lone surrogates as ASCII escapes, which gradio_client refuses to send):
+    the event's payload."""
+    import httpx
+
+    root = url.rstrip("/")
+    event = httpx.post(f"{root}/gradio_api/call/{endpoint}", content=json.dumps({"data": data}),
+                       headers={"content-type": "application/json"}).json()
+    stream = httpx.get(f"{root}/gradio_api/call/{endpoint}/{event['event_id']}", timeout=120).text
+    return stream.split("data:", 1)[1].split("\n", 1)[0].strip() if "data:" in stream else stream
+
+
 def rows(api, cli, during, page_load, scratch: Path) -> list[tuple[str, str, object, float]]:
     """The rows: (id, title, probe(ctx) -> (held, measured), time limit)."""
 
@@ -162,8 +174,8 @@ def rows(api, cli, during, page_load, scratch: Path) -> list[tuple[str, str, obj
 
     def messages(ctx):
         out = {}
-        _, err, _ = api(ctx, "/fork", json.loads(SINGLE.read_text()), 0, "", "\ud800", timeout=60)
-        out["force lone surrogate"] = (err or "accepted")[:70]
+        forced = raw_call(ctx.url, "fork", [json.loads(SINGLE.read_text()), 0, "", "a\ud800"])
+        out["force lone surrogate"] = forced[:90]
         result, err, _ = api(ctx, "/explain_run", "23", "single:qwen,safe-unite", timeout=60)
         out["explain_run '23'"] = "answered" if result else (err or "")[:70]
         work = scratch / "cli-folder"
@@ -186,7 +198,7 @@ def rows(api, cli, during, page_load, scratch: Path) -> list[tuple[str, str, obj
         code3, _, err3, _ = cli("report", str(work), "--answer-pages", "all", timeout=120)
         written = list(outside.rglob("*"))
         out["answers -> outside"] = f"exit {code3}, {len(written)} file(s) written outside"
-        held = ("surrogate" in out["force lone surrogate"] and out["explain_run '23'"] == "answered"
+        held = ("lone surrogate" in forced and "TextInputSequence" not in forced and out["explain_run '23'"] == "answered"
                 and code not in (0, None) and code2 not in (0, None) and code3 not in (0, None) and not written
                 and not any("Traceback" in e for e in (err, err2, err3)))
         return held, "; ".join(f"{k}: {v}" for k, v in out.items())

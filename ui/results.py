@@ -175,9 +175,26 @@ def open_evaluation(path: str | Path) -> tuple[ResultsView, ExplorerView, Folder
     return summary, view, folder
 
 
+_SHIPPED_STATS: dict[Path, dict] = {}
+
+
+def _stats(folder: Folder) -> dict:
+    """:func:`decision_stats` (bounded); a folder of the server's own (not an upload) is read once per process, and
+    kept once every trace was counted."""
+    if getattr(folder, "unpacked", None) is not None:
+        return decision_stats(folder)
+    key = folder.path.resolve()
+    if key not in _SHIPPED_STATS:
+        stats = decision_stats(folder)
+        if not stats["counted"]["complete"]:
+            return stats
+        _SHIPPED_STATS[key] = stats
+    return _SHIPPED_STATS[key]
+
+
 def explorer_view(folder: Folder) -> ExplorerView:
     ensembles = folder.ensembles()
-    stats = decision_stats(folder)
+    stats = _stats(folder)
     figures = [decisions_figure(stats), first_replacement_figure(stats), weights_trajectories_figure(stats)]
     best = folder.best_single()
     second = ensembles[0] if ensembles else (folder.methods[1] if len(folder.methods) > 1 else None)
