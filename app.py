@@ -49,10 +49,16 @@ def build_app() -> gr.Blocks:
         gr.api(api.fork, api_name="fork", concurrency_id="engine", concurrency_limit=config.RUN_CONCURRENCY)
         gr.api(api.tokenize, api_name="tokenize", concurrency_id="tokenize", concurrency_limit=4)
         gr.api(api.explain_token, api_name="explain_token", concurrency_id="tokenize")
-        gr.api(results_ui.explain_answers, api_name="explain_answers", concurrency_id="tokenize")
-        gr.api(results_ui.explain_run, api_name="explain_run", concurrency_id="tokenize")
+        # their own group: two answers compared at a time, the tokenizer's four slots left to it
+        gr.api(results_ui.explain_answers, api_name="explain_answers", concurrency_id="explain", concurrency_limit=2)
+        gr.api(results_ui.explain_run, api_name="explain_run", concurrency_id="explain")
+        demo.unload(on_close)  # a closed page's unpacked evaluation folder is removed
     demo.queue(max_size=config.QUEUE_SIZE, default_concurrency_limit=config.RUN_CONCURRENCY)
     return demo
+
+
+def on_close(request: gr.Request) -> None:
+    config.SESSIONS.close(config.session_key(request))
 
 
 def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:

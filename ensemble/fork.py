@@ -77,6 +77,10 @@ def check_force(force) -> str:
         return ""
     if not isinstance(force, str) or len(force) > MAX_FORCE_CHARS:
         raise InputError(f"The key to force must be text of at most {MAX_FORCE_CHARS} characters.")
+    try:
+        force.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate ("\ud800"), which JSON can carry and no tokenizer takes
+        raise InputError("The key to force must be valid text: it holds a lone surrogate (half of a character).") from None
     if force == "<eos>" or is_control(force):
         raise InputError("Forcing the end of the answer needs no run: the answer would simply stop at the fork point.")
     if BYTE_DISPLAY.search(force) or not is_complete(force):
@@ -120,7 +124,8 @@ class ForkComparison:
 
     ``divergence`` is the first character (counted in the continuations) where they differ, None when they are
     equal; ``diff`` is a list of ``[op, original words, fork words]`` with op ``equal`` | ``replace`` |
-    ``delete`` | ``insert``.
+    ``delete`` | ``insert``; ``coarse``: the differing middle was too long to diff word by word
+    (:data:`MAX_DIFF_PAIRS`) and is one ``replace``.
     """
 
     kept: str
@@ -128,10 +133,11 @@ class ForkComparison:
     forked: str
     divergence: int | None
     diff: list[list[str]] = field(default_factory=list)
+    coarse: bool = False
 
     def to_dict(self) -> dict:
         return {"kept": self.kept, "original": self.original, "forked": self.forked, "divergence": self.divergence,
-                "identical": self.divergence is None, "diff": self.diff}
+                "identical": self.divergence is None, "diff": self.diff, "coarse": self.coarse}
 
 
 BYTE_DISPLAY = re.compile(r"<0x[0-9A-Fa-f]{2}>")
@@ -147,16 +153,40 @@ def compare_continuations(original: RunTrace, forked: RunTrace) -> ForkCompariso
     return compare_texts(original.text[chars:], forked.text[chars:], kept)
 
 
+MAX_DIFF_PAIRS = 200_000
+"""The word diff's cap: the words that differ (after the shared beginning and end are set aside) may make at most
+this many pairs (words of one side times words of the other; 200,000 is about 450 words each). The matcher's
+worst case grows faster than that product (two 450-word texts alternating two words: about half a second), so
+past it the differing middle is reported as one ``replace`` and the comparison says ``coarse``."""
+
+
 def compare_texts(a: str, b: str, kept: str = "") -> ForkComparison:
-    """Two texts (continuations of ``kept``): the first character where they differ and a word-level diff."""
+    """Two texts (continuations of ``kept``): the first character where they differ and a word-level diff.
+
+    Linear in the texts' length except for the differing middle, which is diffed word by word only within
+    :data:`MAX_DIFF_PAIRS` (else one coarse ``replace``)."""
     n = 0
     while n < min(len(a), len(b)) and a[n] == b[n]:
         n += 1
     divergence = None if a == b else n
     wa, wb = _WORDS.findall(a), _WORDS.findall(b)
-    diff = [[op, "".join(wa[i1:i2]), "".join(wb[j1:j2])]
-            for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, wa, wb, autojunk=False).get_opcodes()]
-    return ForkComparison(kept, a, b, divergence, diff)
+    head = 0
+    while head < min(len(wa), len(wb)) and wa[head] == wb[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(wa), len(wb)) - head and wa[-1 - tail] == wb[-1 - tail]:
+        tail += 1
+    mid_a, mid_b = wa[head:len(wa) - tail], wb[head:len(wb) - tail]
+    diff = [["equal", "".join(wa[:head]), "".join(wb[:head])]] if head else []
+    coarse = len(mid_a) * len(mid_b) > MAX_DIFF_PAIRS
+    if coarse:
+        diff.append(["replace", "".join(mid_a), "".join(mid_b)])
+    elif mid_a or mid_b:
+        diff += [[op, "".join(mid_a[i1:i2]), "".join(mid_b[j1:j2])]
+                 for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, mid_a, mid_b, autojunk=False).get_opcodes()]
+    if tail:
+        diff.append(["equal", "".join(wa[len(wa) - tail:]), "".join(wb[len(wb) - tail:])])
+    return ForkComparison(kept, a, b, divergence, diff, coarse)
 
 
 def fork_request(trace: RunTrace, at: int, method: str | None = None, force: str | None = None,

@@ -31,6 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 FIRST_VIEW = ROOT / "assets" / "first-view.json"
 SPECEM = ROOT / "tests" / "fixtures" / "specem.json"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -402,6 +403,11 @@ def cache_and_ray(ctx):
     return bool(held and ray), f"{said}; {more}"
 
 
+from probe_issue39 import rows as issue39_rows  # noqa: E402 - issue 39's rows (39.6-39.11) use the helpers above
+
+ROWS.extend(issue39_rows(api, cli, during, page_load, SCRATCH))
+
+
 # -- running ----------------------------------------------------------------------------------------------------
 class Context:
     def __init__(self, url: str, proc, pytest: bool):
@@ -437,7 +443,7 @@ def start_app() -> tuple[str, subprocess.Popen]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", help="an app already running on this machine (loopback); default: start one")
-    parser.add_argument("--only", help="comma list of row ids (1-11, H1-H6)")
+    parser.add_argument("--only", help="comma list of row ids (1-11, H1-H6, 39.6-39.11)")
     parser.add_argument("--pytest", action="store_true", help="also rows that re-run the browser, Ray and cache tests")
     parser.add_argument("--budget", type=float, default=570,
                         help="seconds for the whole run, the app's start included: a row starts only if its own time "

@@ -5,9 +5,14 @@ decision statistics. ``app.py`` wires these to the components of :class:`ui.tabs
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import logging
 import re
+import shutil
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -67,49 +72,129 @@ def show_summary(file) -> ResultsView:
     return ResultsView(visual.results_html(rows), figures[0] if figures else None, figures[1] if len(figures) > 1 else None)
 
 
+_DAMAGED = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError, RuntimeError)
+"""What reading a zip member raises when the archive lies or is damaged: a CRC that does not match (a header
+that understates a size), a broken deflate stream, an unknown compression, an encrypted member."""
+UNPACKED_PREFIX = "ensemble-lens-eval-"
+
+
 def unpack_folder(path: str | Path) -> Path:
     """An uploaded ``.zip`` of an evaluation folder, unpacked into a fresh temporary folder. Only the files an
     evaluation folder holds are taken (meta.json, rows.jsonl, summary.csv, traces/*/N.json.gz, at the top or in
-    one folder), within size and count limits; nothing else in the archive is written anywhere."""
+    one folder), within size and count limits; nothing else in the archive is written anywhere. A damaged trace
+    is left out (its answer then has no trace); any other damaged file refuses the upload, and a refused upload
+    leaves no folder behind."""
     try:
         archive = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise EvaluationError(f"The upload is not a readable .zip file ({exc}).") from exc
-    with archive:
-        members = [m for m in archive.infolist() if not m.is_dir() and _MEMBER.fullmatch(m.filename)]
-        if len(members) > MAX_ZIP_FILES or sum(m.file_size for m in members) > MAX_ZIP_BYTES:
-            raise EvaluationError("The .zip is too large for an evaluation folder (at most 20,000 files, 256 MB unpacked).")
-        if not any(m.filename.endswith("meta.json") for m in members):
-            raise EvaluationError("The .zip holds no evaluation folder: zip the folder `evaluate --out` wrote "
-                                  "(meta.json, rows.jsonl, summary.csv, traces/).")
-        target = Path(tempfile.mkdtemp(prefix="ensemble-lens-eval-"))
-        for member in members:
-            relative = _MEMBER.fullmatch(member.filename).group(1)  # the part after the one folder, never ".."
-            dest = target / relative
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            with archive.open(member) as src:
-                dest.write_bytes(src.read(MAX_ZIP_BYTES + 1))
+    except UnicodeDecodeError:  # a name flagged UTF-8 that is not
+        raise EvaluationError("The upload is not a readable .zip file: a file name in it is not valid UTF-8.") from None
+    except (*_DAMAGED, RecursionError):
+        raise EvaluationError("The upload is not a readable .zip file.") from None
+    target = None
+    try:
+        with archive:
+            members = [m for m in archive.infolist() if not m.is_dir() and _MEMBER.fullmatch(m.filename)]
+            if len(members) > MAX_ZIP_FILES or sum(m.file_size for m in members) > MAX_ZIP_BYTES:
+                raise EvaluationError("The .zip is too large for an evaluation folder (at most 20,000 files, 256 MB unpacked).")
+            if not any(m.filename.endswith("meta.json") for m in members):
+                raise EvaluationError("The .zip holds no evaluation folder: zip the folder `evaluate --out` wrote "
+                                      "(meta.json, rows.jsonl, summary.csv, traces/).")
+            target = Path(tempfile.mkdtemp(prefix=UNPACKED_PREFIX))
+            for member in members:
+                relative = _MEMBER.fullmatch(member.filename).group(1)  # the part after the one folder, never ".."
+                try:
+                    with archive.open(member) as src:
+                        data = src.read(MAX_ZIP_BYTES + 1)  # never more than the header's size (which was summed)
+                except _DAMAGED:
+                    if relative.startswith("traces/"):
+                        continue  # a damaged trace counts as none: its answer opens without one
+                    raise EvaluationError(f"{relative} in the .zip is damaged (it does not unpack to what its header "
+                                          "says), so the folder is not opened.") from None
+                dest = target / relative
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(data)
+    except BaseException:
+        if target is not None:
+            shutil.rmtree(target, ignore_errors=True)
+        raise
     return target
 
 
+_UNPACKED: set[Path] = set()  # the unpacked folders opened; whatever is left of them goes when the server ends
+atexit.register(lambda: [shutil.rmtree(p, ignore_errors=True) for p in list(_UNPACKED)])
+
+
+def folder_bytes(folder: Folder) -> int:
+    """What an open folder holds, counted in the sessions' budget (``ui.sessions``): its rows in memory (about
+    three times ``rows.jsonl``'s size) and, for an upload, its unpacked files on disk."""
+    kept = 0
+    for name in ("rows.jsonl", "meta.json"):
+        with contextlib.suppress(OSError):
+            kept += 3 * (folder.path / name).stat().st_size
+    if getattr(folder, "unpacked", None) is not None:
+        kept += sum(p.stat().st_size for p in folder.path.rglob("*") if p.is_file())
+    return kept
+
+
+def _plain(message: str, *paths) -> str:
+    """``message`` without the server's paths: an unpacked folder's files are named from the folder, an upload by
+    its own name."""
+    for path in paths:
+        if path is not None:
+            message = message.replace(str(path) + "/", "").replace(str(path), Path(path).name)
+    return message
+
+
 def open_evaluation(path: str | Path) -> tuple[ResultsView, ExplorerView, Folder | None]:
-    """An evaluation folder (or an uploaded .zip of one, or a bare summary.csv): the summary, the explorer."""
-    path = Path(path)
+    """An evaluation folder (or an uploaded .zip of one, or a bare summary.csv): the summary, the explorer. A .zip
+    is unpacked into a temporary folder (the returned folder's ``unpacked``; ``ui.sessions.release`` removes it when
+    the session lets it go)."""
+    path = upload = Path(path)
+    unpacked = None
     try:
         if path.suffix.lower() == ".zip":
-            path = unpack_folder(path)
+            path = unpacked = unpack_folder(path)
         if path.is_file():  # a summary.csv alone: the table and charts, no grid
             return show_summary(str(path)), ExplorerView(explorer_box=gr.update(visible=False)), None
         summary = show_summary(str(path))
         folder = open_folder(path)
-    except EnsembleError as exc:
-        return ResultsView(visual.error_html(str(exc))), ExplorerView(explorer_box=gr.update(visible=False)), None
-    return summary, explorer_view(folder), folder
+        folder.unpacked = unpacked
+        folder.held_bytes = folder_bytes(folder)
+        view = explorer_view(folder)
+    except Exception as exc:  # noqa: BLE001 - an upload is anyone's: one sentence, never a traceback or a path
+        if unpacked is not None:
+            shutil.rmtree(unpacked, ignore_errors=True)
+        if isinstance(exc, EnsembleError):
+            message = _plain(str(exc), unpacked, upload)
+        else:
+            logging.getLogger(__name__).warning("evaluation upload refused: %s: %s", type(exc).__name__, str(exc)[:200])
+            message = "This upload could not be opened as an evaluation folder (a file in it is damaged or not what `evaluate` writes)."
+        return ResultsView(visual.error_html(message)), ExplorerView(explorer_box=gr.update(visible=False)), None
+    if unpacked is not None:
+        _UNPACKED.add(unpacked)
+    return summary, view, folder
+
+
+_SHIPPED_STATS: dict[Path, dict] = {}
+
+
+def _stats(folder: Folder) -> dict:
+    """:func:`decision_stats` (bounded); a folder of the server's own (not an upload) is read once per process, and
+    kept once every trace was counted."""
+    if getattr(folder, "unpacked", None) is not None:
+        return decision_stats(folder)
+    key = folder.path.resolve()
+    if key not in _SHIPPED_STATS:
+        stats = decision_stats(folder)
+        if not stats["counted"]["complete"]:
+            return stats
+        _SHIPPED_STATS[key] = stats
+    return _SHIPPED_STATS[key]
 
 
 def explorer_view(folder: Folder) -> ExplorerView:
     ensembles = folder.ensembles()
-    stats = decision_stats(folder)
+    stats = _stats(folder)
     figures = [decisions_figure(stats), first_replacement_figure(stats), weights_trajectories_figure(stats)]
     best = folder.best_single()
     second = ensembles[0] if ensembles else (folder.methods[1] if len(folder.methods) > 1 else None)
@@ -181,14 +266,12 @@ def explain_answers(trace_a: dict | str, trace_b: dict | str, label_a: str = "A"
         {"methods", "divergence" (characters shared; null: equal), "tokens" (each run's token index there),
         "decisions" (a sentence per run), "summary", "texts", "diff" (word-level)}.
     """
-    import json
-
     from ensemble.evaluation.divergence import divergence
-    from ensemble.trace import RunTrace
+    from ensemble.trace.read import read_trace
 
-    try:
-        a, b = (RunTrace.from_json(t if isinstance(t, str) else json.dumps(t)) for t in (trace_a, trace_b))
-    except (EnsembleError, ValueError, TypeError) as exc:
+    try:  # each trace through the reader's time limit; the word diff is capped (ensemble.fork.MAX_DIFF_PAIRS)
+        a, b = (read_trace(t) for t in (trace_a, trace_b))
+    except EnsembleError as exc:
         raise gr.Error(str(exc)) from exc
     return divergence(a, b, (label_a, label_b)).to_dict()
 
@@ -204,6 +287,10 @@ def explain_run(qid: int, methods: str) -> dict:
     try:
         folder = open_folder(COMMITTED_RUN)
         pair = tuple(m.strip() for m in str(methods or "").split(",") if m.strip())
+        if isinstance(qid, str) and qid.strip().isdigit() and len(qid.strip()) < 12:
+            qid = int(qid.strip())  # a question number sent as text, as JSON clients do
+        elif isinstance(qid, float) and qid.is_integer():
+            qid = int(qid)
         return answers_divergence(folder, qid, pair).to_dict()
     except EnsembleError as exc:
         raise gr.Error(str(exc)) from exc

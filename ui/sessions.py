@@ -3,7 +3,9 @@ token, and the ordering of its token clicks (:class:`Session`). No model and no 
 
 The store is bounded twice: at most 128 sessions, and at most ``ENSEMBLE_LENS_SESSIONS_MB`` megabytes (default
 1024) of traces kept by all of them together (runs, uploads, comparisons; a trace two sessions share, such as the
-recorded first view, counts once). Past either bound the least recently used sessions are dropped, except the one
+recorded first view, counts once) and of their open evaluation folders (the Results tab's: rows in memory, an
+uploaded .zip's unpacked files; such a copy is removed when another folder replaces it, when its session is dropped
+and when its page closes). Past either bound the least recently used sessions are dropped, except the one
 asking and those still streaming; a dropped session starts again empty (its strip asks for a run or an upload). A
 trace's memory is estimated from what it holds (:func:`trace_bytes`: tokens, top-k pairs, splits, text): never
 below what Python allocates for it and at most about 1.5 times that (tracemalloc, on the test fixtures and on a
@@ -13,17 +15,17 @@ trace of 256,000 top-k pairs).
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ensemble.trace import RunTrace
 
 BUDGET_MB = float(os.environ.get("ENSEMBLE_LENS_SESSIONS_MB", "1024"))
-_HOLDS = ("running", "trace", "imported", "compare", "selected")  # the fields that hold traces
+_HOLDS = ("running", "trace", "imported", "compare", "selected", "evaluation")  # the fields that hold traces or a folder
 
 
 @dataclass(eq=False)
@@ -35,7 +37,7 @@ class Session:
     imported: RunTrace | None = None  # the trace an upload just loaded (None: the upload was refused)
     compare: dict[str, RunTrace] = field(default_factory=dict)  # the Compare tab's runs by method, what a card click inspects
     selected: tuple[RunTrace, int] | None = None  # the newest clicked token of the strip, where a fork starts
-    evaluation: Path | None = None  # the evaluation folder the Results tab opened
+    evaluation: Any = None  # the evaluation folder the Results tab opened (``ensemble.evaluation.explorer.Folder``)
     cancel: threading.Event = field(default_factory=threading.Event)  # Stop's flag, checked by the engine
     busy: int = 0  # how many runs, comparisons or forks of this session stream now
     shown: int | None = None  # how many tokens the browser's strip held when Stop was clicked
@@ -44,7 +46,10 @@ class Session:
     _key: str = field(default="", repr=False)
 
     def __setattr__(self, name, value) -> None:
+        old = getattr(self, name, None) if name == "evaluation" else None
         object.__setattr__(self, name, value)
+        if old is not None and old is not value:
+            release(old)  # a folder replaced by another: its unpacked copy goes
         if name in _HOLDS and value is not None and self._store is not None:
             self._store.account(self._key)
 
@@ -56,6 +61,10 @@ class Session:
         """Every trace it holds: shown, uploaded, selected, compared, running."""
         held = [self.trace, self.imported, self.running, self.selected[0] if self.selected else None, *self.compare.values()]
         return [t for t in held if isinstance(t, RunTrace)]
+
+    def holdings(self) -> list:
+        """What counts in the budget: its traces and its open evaluation folder."""
+        return [*self.traces(), *([self.evaluation] if self.evaluation is not None else [])]
 
 
 class Sessions:
@@ -73,7 +82,7 @@ class Sessions:
             entry = self._data.pop(key, None) or Session(_store=self, _key=key)
             self._data[key] = entry
             while len(self._data) > self.limit:
-                self._data.popitem(last=False)
+                self._drop(next(iter(self._data)))
             self._evict(keep=key)
             return entry
 
@@ -84,29 +93,43 @@ class Sessions:
                 self._evict(keep=key)
 
     def kept_bytes(self) -> int:
-        """The estimated memory of every trace the sessions keep (each counted once)."""
+        """The estimated memory of every trace and evaluation folder the sessions keep (each counted once)."""
         with self._lock:
-            return sum(trace_bytes(t) for t in self._traces(self._data.values()).values())
+            return sum(held_bytes(t) for t in self._traces(self._data.values()).values())
 
     def _evict(self, keep: str) -> None:
-        """Drop least recently used sessions (not ``keep``, none streaming) while the traces exceed the budget."""
+        """Drop least recently used sessions (not ``keep``, none streaming) while what they hold exceeds the budget."""
         traces = self._traces(self._data.values())
-        total = sum(trace_bytes(t) for t in traces.values())
+        total = sum(held_bytes(t) for t in traces.values())
         for key in list(self._data):
             if total <= self.budget_bytes:
                 return
             entry = self._data[key]
             if key == keep or entry.busy:
                 continue
-            del self._data[key]
+            self._drop(key)
             left = self._traces(self._data.values())
-            total -= sum(trace_bytes(t) for i, t in traces.items() if i not in left)
+            total -= sum(held_bytes(t) for i, t in traces.items() if i not in left)
             traces = left
 
+    def _drop(self, key: str) -> None:
+        """Forget session ``key``; its evaluation folder's unpacked copy is removed (unless another session holds it)."""
+        entry = self._data.pop(key)
+        folder = entry.evaluation
+        if folder is not None and all(e.evaluation is not folder for e in self._data.values()):
+            release(folder)
+
+    def close(self, key: str) -> None:
+        """A page closed: its session's evaluation folder is released (the rest goes with the budget)."""
+        with self._lock:
+            entry = self._data.get(key)
+        if entry is not None:
+            entry.evaluation = None
+
     @staticmethod
-    def _traces(entries) -> dict[int, RunTrace]:
-        """The distinct traces ``entries`` hold (by identity)."""
-        return {id(t): t for entry in entries for t in entry.traces()}
+    def _traces(entries) -> dict[int, Any]:
+        """The distinct traces and folders ``entries`` hold (by identity)."""
+        return {id(t): t for entry in entries for t in entry.holdings()}
 
     def latest_click(self, key: str, target: str, seq, **store) -> bool:
         """Whether click ``seq`` on ``target`` is the newest one this session has seen (and, if so, records it and
@@ -171,6 +194,19 @@ def trace_bytes(trace: RunTrace) -> int:
     size = _BASE + _TOKEN * len(trace.tokens) + _PAIR * pairs + _SPLIT * splits + _ROUND * len(trace.rounds) + chars
     object.__setattr__(trace, "_kept_bytes", (len(trace.tokens), size))
     return size
+
+
+def held_bytes(held) -> int:
+    """A trace's estimated memory (:func:`trace_bytes`), or what an open evaluation folder holds (its
+    ``held_bytes``, set by ``ui.results`` when it opens: its rows in memory and an upload's unpacked files)."""
+    return trace_bytes(held) if isinstance(held, RunTrace) else int(getattr(held, "held_bytes", 0))
+
+
+def release(folder) -> None:
+    """Remove an evaluation folder's unpacked copy (an uploaded .zip's ``unpacked``), if it has one."""
+    path = getattr(folder, "unpacked", None)
+    if path is not None:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _length(value) -> int:

@@ -12,6 +12,9 @@ import json
 from pathlib import Path
 from urllib.parse import quote
 
+from ensemble.errors import OutputError
+from ensemble.files import write_output
+
 from .escape import safe
 from .evalstats import stats_figures, stats_html
 from .explorer import EXPLORER_CSS, answer_html, grid_html
@@ -67,6 +70,19 @@ ANSWER_PAGES = ("none", "disagree", "all")
 tokens), those of the questions where the methods disagree, or every answer."""
 
 
+def _write_page(out: Path, relative: str, html: str) -> None:
+    """Write an answer page under ``out``, never through a symbolic link: a linked ``answers`` folder (or method
+    folder) is refused, and a linked page file is replaced by the page (written beside it, then renamed)."""
+    folder = out
+    for part in Path(relative).parent.parts:
+        folder = folder / part
+        if folder.is_symlink():
+            raise OutputError(f"{Path(relative).parent.parts[0]}/ of the evaluation folder is or holds a symbolic link; "
+                              "answer pages are never written through one (remove it, or use --answer-pages none).")
+        folder.mkdir(exist_ok=True)
+    write_output(out / relative, html)
+
+
 def explorer_sections(folder, stats: dict, views: dict[str, list[int]], filters: dict[str, str], sorts: dict[str, str],
                       out: str | Path | None = None, paged: set[int] | frozenset = frozenset()) -> tuple[str, list]:
     """(HTML of the grid, its panel and the statistics' tables; the statistics' figures).
@@ -86,9 +102,7 @@ def explorer_sections(folder, stats: dict, views: dict[str, list[int]], filters:
         link = ""
         trace = folder.readable_trace(q, m) if cell.traced and out is not None and q in paged else None
         if trace is not None:
-            page = Path(out) / answer_page(m, q)
-            page.parent.mkdir(parents=True, exist_ok=True)
-            page.write_text(run_document(trace), encoding="utf-8")
+            _write_page(Path(out), answer_page(m, q), run_document(trace))
             link = (f'<p><a href="{safe(quote(answer_page(m, q)))}" target="_blank" rel="noopener">Open this answer\'s strip and '
                     "inspector (click any token for why)</a></p>")
         answers[f"{q}|{m}"] = link + answer_html(folder, q, m)

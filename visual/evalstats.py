@@ -129,8 +129,14 @@ def segments_table(stats: dict) -> str:
 
 
 def stats_html(stats: dict) -> str:
-    """Every table, with a heading each."""
-    parts = ["<h3>Decisions per 100 tokens</h3>", decisions_table(stats),
+    """Every table, with a heading each (after a note when only part of the traces was read)."""
+    counted = stats.get("counted") or {}
+    note = []
+    if counted and not counted.get("complete", True):
+        note = [f'<p class="el-warning">These statistics count {int(counted.get("read", 0)):,} of the '
+                f'{int(counted.get("of", 0)):,} traced answers ({int(counted.get("tokens", 0)):,} tokens): reading stopped '
+                "at its time or token limit, as this folder's traces are larger than an evaluation's.</p>"]
+    parts = [*note, "<h3>Decisions per 100 tokens</h3>", decisions_table(stats),
              "<h3>Blocked by the stability (OOV-like) check, per pair of models</h3>", blocked_table(stats),
              "<h3>Replacements against correctness</h3>", replacements_table(stats)]
     segments = segments_table(stats)

@@ -9,12 +9,14 @@
 - ``first_replacement``: per answer, the token position of the first replacement and whether the answer was right;
 - ``segments``: SpecEM's segments won per model and every question's weight trajectory (weights after each round).
 
-Only answers with a trace count (``answers`` says how many per method).
+Only answers with a trace count (``answers`` says how many per method), read within a time and token budget
+(``counted`` says how many of them were read).
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections import Counter
 
 from ..capabilities import capabilities
@@ -49,49 +51,69 @@ def _drafter_single(folder: Folder, drafter: str | None) -> str | None:
     return None
 
 
-def decision_stats(folder: Folder) -> dict:
-    """Every statistic of the module docstring, for the folder's traced answers."""
-    decisions: dict[str, dict] = {}
+STATS_BUDGET_S = 30.0
+STATS_MAX_TOKENS = 200_000
+"""What :func:`decision_stats` reads at most: traces for 30 s, or 200,000 tokens of them. The project's traced
+GSM8K run (240 answers, about 60,000 tokens) fits on an idle machine; twelve uploaded traces of 10,000 tokens
+(70 s of reading before this bound) stop at it. Past either bound it counts what it has read and says so."""
+
+
+def decision_stats(folder: Folder, budget_s: float = STATS_BUDGET_S, max_tokens: int = STATS_MAX_TOKENS) -> dict:
+    """Every statistic of the module docstring, for the folder's traced answers, within a budget.
+
+    A folder may come from anyone, and its traces may hold far more tokens than an evaluation writes: the traces
+    are read question by question (every method of a question, then the next question, so a partial count covers
+    every method alike) until ``budget_s`` seconds or ``max_tokens`` tokens are spent. ``counted`` says how many
+    traced answers were read of how many, and ``complete`` whether that is all of them."""
+    decisions: dict[str, dict] = {m: {"counts": Counter(), "tokens": 0, "answers": 0} for m in folder.methods}
     pairs: dict[tuple[str, str, str], dict] = {}
     outcomes: dict[str, dict] = {}
     first: dict[str, list[dict]] = {}
     segments: dict[str, dict] = {}
-    for method in folder.methods:
-        counts, tokens, answers = Counter(), 0, 0
-        for qid in folder.question_ids:
-            row, trace = folder.row(qid, method), folder.readable_trace(qid, method)
-            if row is None or trace is None:
-                continue
-            answers += 1
-            tokens += len(trace.tokens)
-            counts.update(str(t.decision) for t in trace.tokens)
-            correct = bool(row.get("correct"))
-            caps = capabilities(trace.method)
-            if caps is not None and caps.verifies_drafter:
-                _count_blocked(pairs, method, trace, qid)
-                replaced = [t.index for t in trace.tokens if t.decision == Decision.ENSEMBLED_REPLACED]
-                first.setdefault(method, []).append({"qid": qid, "position": replaced[0] if replaced else None,
-                                                     "replacements": len(replaced), "correct": correct})
-                single = _drafter_single(folder, trace.drafter)
-                alone = folder.row(qid, single) if single else None
-                if alone is not None:
-                    entry = outcomes.setdefault(method, {"drafter": single, "counts": Counter(), "questions": {}})
-                    key = (f"drafter {'right' if alone.get('correct') else 'wrong'}, "
-                           f"{'replaced' if replaced else 'no replacement'}, ensemble {'right' if correct else 'wrong'}")
-                    entry["counts"][key] += 1
-                    entry["questions"].setdefault(key, []).append(qid)
-            if caps is not None and caps.segments and trace.rounds:
-                _count_segments(segments.setdefault(method, {"wins": Counter(), "trajectories": []}), trace, qid, correct)
-        if answers:
-            decisions[method] = {"answers": answers, "tokens": tokens, "counts": dict(counts),
-                                 "per_100": {d: round(100 * n / tokens, 2) if tokens else 0.0 for d, n in counts.items()}}
+    wanted = [(q, m) for q in folder.question_ids for m in folder.methods
+              if (q, m) in folder.traced and folder.row(q, m) is not None]
+    deadline, read, read_tokens = time.monotonic() + budget_s, 0, 0
+    for qid, method in wanted:
+        if time.monotonic() > deadline or read_tokens >= max_tokens:
+            break
+        read += 1
+        row, trace = folder.row(qid, method), folder.readable_trace(qid, method)
+        if trace is None:
+            continue
+        read_tokens += len(trace.tokens)
+        entry = decisions[method]
+        entry["answers"] += 1
+        entry["tokens"] += len(trace.tokens)
+        entry["counts"].update(str(t.decision) for t in trace.tokens)
+        correct = bool(row.get("correct"))
+        caps = capabilities(trace.method)
+        if caps is not None and caps.verifies_drafter:
+            _count_blocked(pairs, method, trace, qid)
+            replaced = [t.index for t in trace.tokens if t.decision == Decision.ENSEMBLED_REPLACED]
+            first.setdefault(method, []).append({"qid": qid, "position": replaced[0] if replaced else None,
+                                                 "replacements": len(replaced), "correct": correct})
+            single = _drafter_single(folder, trace.drafter)
+            alone = folder.row(qid, single) if single else None
+            if alone is not None:
+                entry = outcomes.setdefault(method, {"drafter": single, "counts": Counter(), "questions": {}})
+                key = (f"drafter {'right' if alone.get('correct') else 'wrong'}, "
+                       f"{'replaced' if replaced else 'no replacement'}, ensemble {'right' if correct else 'wrong'}")
+                entry["counts"][key] += 1
+                entry["questions"].setdefault(key, []).append(qid)
+        if caps is not None and caps.segments and trace.rounds:
+            _count_segments(segments.setdefault(method, {"wins": Counter(), "trajectories": []}), trace, qid, correct)
+    rank = {m: i for i, m in enumerate(folder.methods)}
     return {
-        "decisions": decisions,
-        "blocked": [_pair_entry(key, entry) for key, entry in pairs.items()],
+        "decisions": {m: {"answers": e["answers"], "tokens": e["tokens"], "counts": dict(e["counts"]),
+                          "per_100": {d: round(100 * n / e["tokens"], 2) if e["tokens"] else 0.0 for d, n in e["counts"].items()}}
+                      for m, e in decisions.items() if e["answers"]},
+        "blocked": [_pair_entry(key, entry) for key, entry in sorted(pairs.items(), key=lambda kv: rank[kv[0][0]])],
         "replacements": {m: {"drafter": e["drafter"], "counts": dict(e["counts"]), "questions": e["questions"]}
-                         for m, e in outcomes.items()},
-        "first_replacement": first,
-        "segments": {m: {"wins": dict(e["wins"]), "trajectories": e["trajectories"]} for m, e in segments.items()},
+                         for m, e in sorted(outcomes.items(), key=lambda kv: rank[kv[0]])},
+        "first_replacement": dict(sorted(first.items(), key=lambda kv: rank[kv[0]])),
+        "segments": {m: {"wins": dict(e["wins"]), "trajectories": e["trajectories"]}
+                     for m, e in sorted(segments.items(), key=lambda kv: rank[kv[0]])},
+        "counted": {"read": read, "of": len(wanted), "complete": read == len(wanted), "tokens": read_tokens},
     }
 
 

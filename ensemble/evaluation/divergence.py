@@ -116,7 +116,8 @@ class Divergence:
     def to_dict(self) -> dict:
         return {"methods": list(self.labels), "divergence": self.at, "tokens": list(self.indices),
                 "decisions": self.lines()[1:] if self.at is not None else [], "summary": self.lines(),
-                "texts": [t.text for t in self.traces], "diff": self.comparison["diff"]}
+                "texts": [t.text for t in self.traces], "diff": self.comparison["diff"],
+                "coarse": self.comparison.get("coarse", False)}
 
 
 def divergence(a: RunTrace, b: RunTrace, labels: tuple[str, str] = ("A", "B")) -> Divergence:

@@ -8,14 +8,13 @@ its flags say how a wrong answer went wrong: ``loop`` (a phrase loop), ``corrupt
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import EvaluationError
 from .scoring import looping
-from .store import read_rows, unique_rows
+from .store import read_meta, read_rows, unique_rows
 from .traces import NO_TRACES, has_traces, load_trace, traced
 
 FILTERS = {
@@ -82,7 +81,14 @@ class Folder:
         return self._rows_by_key
 
     def question(self, qid: int) -> str:
-        return next((str(r.get("question") or "") for r in self.rows if r["qid"] == qid), "")
+        """The question's text (its first row's), from an index of the rows built once: a grid of every question
+        reads each row once, not once per question."""
+        if not hasattr(self, "_questions"):
+            questions: dict[int, str] = {}
+            for r in self.rows:
+                questions.setdefault(r["qid"], str(r.get("question") or ""))
+            self._questions = questions
+        return self._questions.get(qid, "")
 
     def trace(self, qid: int, method: str):
         """The answer's trace, or None when the folder kept none for it."""
@@ -119,14 +125,14 @@ def open_folder(path: str | os.PathLike) -> Folder:
     """Read an evaluation folder (``meta.json`` and ``rows.jsonl``; ``traces/`` when it has one) without writing."""
     path = Path(path)
     if not (path / "meta.json").exists() or not (path / "rows.jsonl").exists():
-        raise EvaluationError(f"{path.name or path} is not an evaluation folder: it needs meta.json and rows.jsonl "
+        raise EvaluationError(f"{path.name or 'This folder'} is not an evaluation folder: it needs meta.json and rows.jsonl "
                               "(written by `python -m ensemble evaluate --out DIR`).")
+    meta = read_meta(path / "meta.json")  # a regular file within its size limit; messages name the file, not the path
     try:
-        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
         methods = [str(m) for m in meta["methods"]]
         qids = [int(q) for q in meta["question_ids"]]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise EvaluationError(f"{path / 'meta.json'} is not an evaluation meta.json.") from exc
+    except (ValueError, KeyError, TypeError, OverflowError) as exc:
+        raise EvaluationError("meta.json is not an evaluation meta.json (it lacks its methods or question numbers).") from exc
     rows, _ = unique_rows(read_rows(path / "rows.jsonl"))
     found = traced(path) if has_traces(path) else set()
     return Folder(path, meta, rows, methods, qids, found)

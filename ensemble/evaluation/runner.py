@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import platform
 import signal
@@ -20,7 +19,17 @@ from .data import INSTRUCTION, build_prompt, load_questions, select_questions
 from .report import write_summary
 from .scoring import make_row
 from .specs import EvalConfig
-from .store import append_row, check_compatible, folder_lock, read_rows, sort_rows, unique_rows, write_json, write_rows_csv
+from .store import (
+    append_row,
+    check_compatible,
+    folder_lock,
+    read_meta,
+    read_rows,
+    sort_rows,
+    unique_rows,
+    write_json,
+    write_rows_csv,
+)
 from .summary import paired_questions, summarize
 from .traces import save_trace
 
@@ -202,8 +211,8 @@ def rebuild_report(out: str | os.PathLike, write_html: HtmlWriter | None = None)
     meta_path = out / "meta.json"
     if not meta_path.exists():
         raise EvaluationError(f"{out} has no meta.json: it is not an evaluation folder (made by `python -m ensemble evaluate`).")
+    meta = read_meta(meta_path)
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
         labels, question_ids = list(meta["methods"]), [int(q) for q in meta["question_ids"]]
     except (ValueError, KeyError, TypeError) as exc:
         raise EvaluationError(f"{meta_path} is not an evaluation meta.json.") from exc

@@ -7,12 +7,52 @@ import contextlib
 import csv
 import json
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from ..errors import EvaluationError
 from ..files import atomic_output, file_lock, write_output
 from .scoring import LATER_ROW_FIELDS, ROW_FIELDS, looping
+
+MAX_META_BYTES = 16 * 1024 * 1024
+MAX_ROWS_BYTES = 512 * 1024 * 1024
+"""What the readers of a folder (the CLI, the Results tab) read of its ``meta.json`` and ``rows.jsonl`` at most: a
+meta.json holds the settings and the question numbers (80 KB for 1,319 questions); rows.jsonl about 2 KB a row."""
+
+
+def read_file(path: Path, limit: int) -> bytes:
+    """A folder's file, read only when it is a regular file (not a device such as /dev/zero, a pipe that would
+    wait for a writer forever, nor a folder) and at most ``limit`` bytes long. Messages name the file, not its path."""
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise EvaluationError(f"{path.name} cannot be read ({exc.strerror or exc}).") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise EvaluationError(f"{path.name} is not a regular file (a device, a pipe or a folder), so it is not read.")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise EvaluationError(f"{path.name} cannot be read ({exc.strerror or exc}).") from None
+    if len(data) > limit:
+        raise EvaluationError(f"{path.name} is larger than {_size(limit)}, more than an evaluation writes; it is not read.")
+    return data
+
+
+def _size(limit: int) -> str:
+    return f"{limit / (1024 * 1024):g} MB" if limit >= 1024 * 1024 else f"{limit:,} bytes"
+
+
+def read_meta(path: Path) -> dict:
+    """An evaluation's ``meta.json`` (:func:`read_file`'s limits): a JSON object, else one plain sentence."""
+    try:
+        meta = json.loads(read_file(path, MAX_META_BYTES).decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError; RecursionError: "[" x 100,000
+        raise EvaluationError(f"{path.name} is not an evaluation meta.json (it is not readable JSON).") from exc
+    if not isinstance(meta, dict):
+        raise EvaluationError(f"{path.name} is not an evaluation meta.json (it holds no JSON object).")
+    return meta
 
 
 def _describe_change(key: str, old, new) -> str:
@@ -36,8 +76,8 @@ def check_compatible(out: str | os.PathLike, fingerprint: dict, model_info: Mapp
                 f"{out} holds rows.jsonl but no meta.json, so its settings are unknown: choose another --out folder."
             )
         return None
+    meta = read_meta(meta_path)
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
         old = meta["fingerprint"]
         if not isinstance(old, dict):
             raise TypeError
@@ -65,7 +105,7 @@ def read_rows(path: str | os.PathLike, repair: bool = False) -> list[dict]:
     path = Path(path)
     if not path.exists():
         return []
-    data = path.read_bytes()
+    data = read_file(path, MAX_ROWS_BYTES)
     lines = data.split(b"\n")
     last_row = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
     rows: list[dict] = []
@@ -77,7 +117,7 @@ def read_rows(path: str | os.PathLike, repair: bool = False) -> list[dict]:
             if row is None:
                 if i == last_row:
                     break
-                raise EvaluationError(f"{path} line {i + 1} is not a valid result row; delete that line (its run is redone).")
+                raise EvaluationError(f"{path.name} line {i + 1} is not a valid result row; delete that line (its run is redone).")
             rows.append(row)
             keep = end
         offset = end
@@ -94,7 +134,7 @@ def read_rows(path: str | os.PathLike, repair: bool = False) -> list[dict]:
 def _parse_row(line: bytes) -> dict | None:
     try:
         row = json.loads(line.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # RecursionError: a line of "[" x 100,000
         return None
     if not isinstance(row, dict) or not isinstance(row.get("qid"), int) or not isinstance(row.get("method"), str):
         return None

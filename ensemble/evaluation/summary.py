@@ -85,6 +85,8 @@ def load_summary(path_or_dir: str | os.PathLike) -> list[dict]:
         path = path / "summary.csv"
     if not path.exists():
         raise EvaluationError(f"No evaluation summary at {str(path)!r}: run `python -m ensemble evaluate ... --out DIR` first.")
+    if not path.is_file():  # a pipe would wait for a writer forever, a device never ends
+        raise EvaluationError(f"{path.name} is not a regular file, so it is not read as an evaluation summary.")
     if path.stat().st_size > MAX_SUMMARY_BYTES:
         raise EvaluationError(f"{path} is larger than 5 MB; an evaluation summary has one short line per method.")
     try:

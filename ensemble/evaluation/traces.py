@@ -7,18 +7,20 @@ label has its own folder and the label is read back from it. Folders written bef
 ``traces/`` folder: :func:`has_traces` says so and :func:`load_trace` returns None.
 
 A trace file is read as untrusted input (a folder may come from anyone): at most ``MAX_TRACE_BYTES`` once
-unpacked, then :meth:`RunTrace.from_json`'s checks.
+unpacked, then :func:`ensemble.trace.read.read_trace` (:meth:`RunTrace.from_json`'s checks within a time limit).
 """
 
 from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from pathlib import Path
 from urllib.parse import quote, unquote
 
 from ..errors import EvaluationError, TraceFormatError
 from ..trace import MAX_TRACE_BYTES, RunTrace
+from ..trace.read import read_trace
 
 TRACES = "traces"
 NO_TRACES = "No traces kept for this run (it was written before `evaluate` kept them): only the answers' text is shown."
@@ -67,15 +69,17 @@ def load_trace(out: str | os.PathLike, qid: int, label: str) -> RunTrace | None:
     path = trace_path(out, qid, label)
     if not path.exists():
         return None
+    if not path.is_file():  # a pipe would wait for a writer forever, a device never ends
+        raise EvaluationError(f"The trace of question {qid}, {label} ({path.name}) is not a regular file; it is not read.")
     try:
         with gzip.open(path, "rb") as fh:
             data = fh.read(MAX_TRACE_BYTES + 1)
-    except (OSError, EOFError) as exc:
+    except (OSError, EOFError, zlib.error) as exc:  # zlib.error: a damaged deflate stream inside the gzip
         raise EvaluationError(f"The trace of question {qid}, {label} ({path.name}) is not a readable gzip file: {exc}.") from exc
     if len(data) > MAX_TRACE_BYTES:
         raise EvaluationError(f"The trace of question {qid}, {label} unpacks to more than 20 MB; it is not loaded.")
     try:
-        return RunTrace.from_json(data)
+        return read_trace(data)  # the reader's time limit (ENSEMBLE_LENS_TRACE_READ_S): a folder may come from anyone
     except TraceFormatError as exc:
         raise EvaluationError(f"The trace of question {qid}, {label}: {exc}") from exc
 

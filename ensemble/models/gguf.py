@@ -8,9 +8,12 @@ and keeps the contexts of ended runs for the next ones (``IDLE_CONTEXTS``; the r
 
 from __future__ import annotations
 
+import _thread
 import ctypes
 import os
+import signal
 import threading
+import time
 from functools import cache
 from pathlib import Path
 
@@ -39,6 +42,7 @@ def lib():
     if os.environ.get("ENSEMBLE_LENS_LLAMA_LOG") != "1":
         _callbacks.append(llama_cpp.llama_log_callback(_quiet))
         llama_cpp.llama_log_set(_callbacks[-1], ctypes.c_void_p(0))
+        guard_interrupts()
     return llama_cpp
 
 
@@ -46,6 +50,58 @@ def _quiet(level, text, user_data):  # llama.cpp's log callback: drop everything
     return None
 
 
+_CALLBACK_CODES = {_quiet.__code__}
+"""The Python callbacks llama.cpp calls from C. An exception raised in one cannot travel through the C frames:
+ctypes prints "Exception ignored on calling ctypes callback function" and drops it. Ctrl-C's KeyboardInterrupt is
+raised wherever the main thread runs Python when the signal comes, and during a model load or a decode that is
+mostly this callback, so without :func:`guard_interrupts` a Ctrl-C there was lost and ``evaluate`` went on."""
+_pending = threading.Event()
+
+
+def guard_interrupts() -> None:
+    """Keep Ctrl-C from being lost in a llama.cpp callback: while Python's own SIGINT handler is in place (the main
+    thread of a command, not a server that installed its own), replace it by one that raises KeyboardInterrupt as
+    before, except inside a callback, where it only notes the interrupt; a helper thread then delivers it again
+    every 10 ms (``_thread.interrupt_main``) until it lands outside a callback, as soon as the C call returns."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_interrupt)
+
+
+def _on_interrupt(signum, frame):
+    global _raised_at
+    if _in_callback(frame):
+        with _lock:
+            if not _pending.is_set():
+                _pending.set()
+                threading.Thread(target=_deliver_again, name="interrupt-again", daemon=True).start()
+        return
+    with _lock:
+        again = not _pending.is_set() and time.monotonic() - _raised_at < 0.05
+        _pending.clear()
+        if again:  # a redelivery that crossed the raise it was meant for: one Ctrl-C, one KeyboardInterrupt
+            return
+        _raised_at = time.monotonic()
+    raise KeyboardInterrupt
+
+
+def _in_callback(frame) -> bool:
+    while frame is not None:
+        if frame.f_code in _CALLBACK_CODES:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _deliver_again() -> None:
+    while _pending.is_set():
+        time.sleep(0.01)
+        with _lock:
+            if _pending.is_set():
+                _thread.interrupt_main(signal.SIGINT)
+
+
+_lock = threading.RLock()  # re-entrant: a second Ctrl-C may run the handler inside the first
+_raised_at = -1.0
 _callbacks: list = []  # ctypes callbacks handed to llama.cpp live as long as the process
 
 

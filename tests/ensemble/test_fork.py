@@ -208,3 +208,48 @@ def test_fork_command(tmp_path, embedded):
     (tmp_path / "junk.json").write_bytes(b"\xff\xfe not json")
     bad = _cli("fork", str(tmp_path / "junk.json"), "--at", "1", cwd=tmp_path)
     assert bad.returncode == 2 and "not UTF-8" in bad.stderr
+
+
+# -- issue 39: every text diff bounded ----------------------------------------------------------------------------
+def test_the_word_diff_is_bounded_whatever_the_texts(monkeypatch):
+    """Two 20,000-word answers (what made one /explain_answers call take 126 s): the matcher sees only the differing
+    middle, never more than MAX_DIFF_PAIRS word pairs, and past that the middle is one coarse replace."""
+    import difflib
+
+    from ensemble import fork
+
+    seen = []
+    real = difflib.SequenceMatcher
+
+    def counting(junk, a, b, autojunk=True):
+        seen.append(len(a) * len(b))
+        assert seen[-1] <= fork.MAX_DIFF_PAIRS, f"the matcher was given {len(a)} x {len(b)} words"  # fails fast
+        return real(junk, a, b, autojunk=autojunk)
+
+    monkeypatch.setattr(fork.difflib, "SequenceMatcher", counting)
+    a, b = " a" * 20_000, " b" * 20_000
+    result = fork.compare_texts(a, b)
+    assert result.coarse and result.diff == [["equal", " ", " "], ["replace", a[1:], b[1:]]] and result.divergence == 1
+    # a shared beginning and end are set aside first: one changed word in a long answer is still a fine diff
+    seen.clear()
+    long_a, long_b = "x " * 10_000 + "cat " + "y " * 10_000, "x " * 10_000 + "dog " + "y " * 10_000
+    fine = fork.compare_texts(long_a, long_b)
+    assert not fine.coarse and max(seen) <= 4
+    assert [op for op, _, _ in fine.diff] == ["equal", "replace", "equal"] and fine.diff[1][1:] == ["cat", "dog"]
+    assert "".join(x for _, x, _ in fine.diff) == long_a and "".join(y for _, _, y in fine.diff) == long_b
+
+
+def test_small_texts_keep_their_word_diff():
+    from ensemble.fork import compare_texts
+
+    result = compare_texts("The cat sat on the mat.", "The dog sat on a mat.")
+    assert not result.coarse
+    assert [d for d in result.diff if d[0] != "equal"] == [["replace", "cat", "dog"], ["replace", "the", "a"]]
+    assert compare_texts("same", "same").diff == [["equal", "same", "same"]] and compare_texts("", "").diff == []
+
+
+def test_a_lone_surrogate_in_the_forced_key_is_one_plain_sentence():
+    from ensemble.fork import check_force
+
+    with pytest.raises(InputError, match="lone surrogate"):
+        check_force("a\ud800")
