@@ -112,6 +112,8 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
 
     run.whatif.click(on_whatif, inputs=[run.runtime], outputs=outputs(run, ForkView), concurrency_id="engine",
                      api_visibility="private")
+    for starts in (run.fork_button.click, run.whatif.click):  # a previous fork's comparison goes at the click
+        starts(lambda: "", outputs=[run.fork_view], queue=False, api_visibility="private")
 
     def on_upload(file, request: gr.Request):
         view, session = replay.import_trace(file, request), config.session(request)
@@ -155,6 +157,8 @@ def wire_other_tabs(opened, run: tabs.RunTab, tok: tabs.TokenizerTab, cmp: tabs.
     cmp.cmp_button.click(on_compare, inputs=[cmp.cmp_prompt, cmp.cmp_methods, cmp.cmp_models, cmp.cmp_tokens, run.drafter,
                                              *run.controls.values()],
                          outputs=outputs(cmp, CompareView), concurrency_id="engine", api_visibility="private")
+    # the explanation of a token of the previous comparison goes with its cards, at the click
+    cmp.cmp_button.click(lambda: tabs.COMPARE_HINT, outputs=[cmp.cmp_inspect], queue=False, api_visibility="private")
     def on_compare_click(request: gr.Request, evt: gr.EventData):
         html = if_newest(config.SESSIONS, config.session_key(request), "compare", evt,
                          lambda: (comparing.inspect_compared(request, evt), {}))
@@ -171,9 +175,10 @@ def wire_other_tabs(opened, run: tabs.RunTab, tok: tabs.TokenizerTab, cmp: tabs.
     opened.then(on_tokenize, inputs=tok_inputs, outputs=outputs(tok, TokenizerView), api_visibility="private")
 
     def on_load(request: gr.Request):
-        return updates(run, replay.first_view(request))
+        view, inspected = replay.first_view(request)
+        return updates(run, view) | updates(run, inspected)
 
-    opened.then(on_load, outputs=outputs(run, RunView), api_visibility="private")
+    opened.then(on_load, outputs=[*outputs(run, RunView), *outputs(run, InspectView)], api_visibility="private")
 
 
 def wire_results_tab(results: tabs.ResultsTab, run: tabs.RunTab, tab_box: gr.Tabs) -> None:
