@@ -64,14 +64,17 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
     def on_run(request: gr.Request, progress=gr.Progress(), *values):  # Gradio fills request and progress first
         prompt, method, model_names, drafter, runtime, *settings = values
         chosen = dict(zip(names, settings, strict=True))
-        with running.busy(request):
+        cleared = updates(run, replay.cleared_inspector())  # with the run's first view: the old token's explanation,
+        with running.busy(request):                           # rows and charts never stand under the new strip
             for view in running.run_stream(prompt, method, model_names, drafter, chosen, request, progress, runtime=runtime):
-                yield updates(run, view)
+                yield updates(run, view) | cleared
+                cleared = {}
 
     run_outputs = outputs(run, RunView)
-    run.run_button.click(on_run, inputs=inputs, outputs=run_outputs, concurrency_limit=config.RUN_CONCURRENCY,
+    streamed = [*run_outputs, *outputs(run, InspectView)]
+    run.run_button.click(on_run, inputs=inputs, outputs=streamed, concurrency_limit=config.RUN_CONCURRENCY,
                          concurrency_id="engine", api_name="run_stream", api_visibility="private")  # scripts/app_latency.py
-    run.prompt.submit(on_run, inputs=inputs, outputs=run_outputs, concurrency_id="engine", api_visibility="private")
+    run.prompt.submit(on_run, inputs=inputs, outputs=streamed, concurrency_id="engine", api_visibility="private")
     for starts in (run.run_button.click, run.prompt.submit):  # the last run's inspector goes with its strip
         starts(lambda: updates(run, replay.cleared_inspector()), outputs=outputs(run, InspectView), queue=False,
                api_visibility="private")

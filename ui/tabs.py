@@ -220,13 +220,14 @@ def build_run_tab(model_choices: list[str], runtimes: list[str] = ("auto",), run
             status = gr.HTML(elem_id="status", js_on_load=STATUS_JS)  # HTML built by visual.status_html: Markdown would fetch ![x](url)
             legend = gr.HTML(elem_id="legend")
             strip = gr.HTML(value="", elem_id="strip", elem_classes=["el-strip"], js_on_load=STRIP_JS)
+            # the reason right under the strip: the first view's (its first blocked token, selected on load) and a
+            # click's are in the first screen on a 1366x768 laptop and begin in it on a 390x844 phone
+            explanation = gr.HTML(elem_id="explanation")
             with gr.Row():
                 strip_png = gr.Button("Save the strip as PNG", size="sm", elem_id="strip-png", scale=0, min_width=180)
             strip_png.click(None, js=png.STRIP_PNG_JS)  # drawn in the browser: nothing to send to the server
             gr.HTML('<p class="el-muted el-keys">Keys: ← → step through the tokens, n / p jump to the next / previous '
                     "blocked or replaced token.</p>")
-            # the reason right under the strip: a click on a 1366x768 laptop shows it without scrolling
-            explanation = gr.HTML(elem_id="explanation")
     with gr.Row():
         with gr.Column(scale=1):
             tokenization = gr.HTML(elem_id="tokenization")
