@@ -70,14 +70,17 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
     def on_run(request: gr.Request, progress=gr.Progress(), *values):  # Gradio fills request and progress first
         prompt, method, model_names, drafter, runtime, *settings = values
         chosen = dict(zip(names, settings, strict=True))
-        with running.busy(request):
+        cleared = updates(run, replay.cleared_inspector())  # with the run's first view: the old token's explanation,
+        with running.busy(request):                           # rows and charts never stand under the new strip
             for view in running.run_stream(prompt, method, model_names, drafter, chosen, request, progress, runtime=runtime):
-                yield updates(run, view)
+                yield updates(run, view) | cleared
+                cleared = {}
 
     run_outputs = outputs(run, RunView)
-    run.run_button.click(on_run, inputs=inputs, outputs=run_outputs, concurrency_limit=config.RUN_CONCURRENCY,
+    streamed = [*run_outputs, *outputs(run, InspectView)]
+    run.run_button.click(on_run, inputs=inputs, outputs=streamed, concurrency_limit=config.RUN_CONCURRENCY,
                          concurrency_id="engine", api_name="run_stream", api_visibility="private")  # scripts/app_latency.py
-    run.prompt.submit(on_run, inputs=inputs, outputs=run_outputs, concurrency_id="engine", api_visibility="private")
+    run.prompt.submit(on_run, inputs=inputs, outputs=streamed, concurrency_id="engine", api_visibility="private")
     for starts in (run.run_button.click, run.prompt.submit):  # the last run's inspector goes with its strip
         starts(lambda: updates(run, replay.cleared_inspector()), outputs=outputs(run, InspectView), queue=False,
                api_visibility="private")
@@ -118,6 +121,8 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
 
     run.whatif.click(on_whatif, inputs=[run.runtime], outputs=outputs(run, ForkView), concurrency_id="engine",
                      api_visibility="private")
+    for starts in (run.fork_button.click, run.whatif.click):  # a previous fork's comparison goes at the click
+        starts(lambda: "", outputs=[run.fork_view], queue=False, api_visibility="private")
 
     def on_upload(file, request: gr.Request):
         view, session = replay.import_trace(file, request), config.session(request)
@@ -161,6 +166,8 @@ def wire_other_tabs(opened, run: tabs.RunTab, tok: tabs.TokenizerTab, cmp: tabs.
     cmp.cmp_button.click(on_compare, inputs=[cmp.cmp_prompt, cmp.cmp_methods, cmp.cmp_models, cmp.cmp_tokens, run.drafter,
                                              *run.controls.values()],
                          outputs=outputs(cmp, CompareView), concurrency_id="engine", api_visibility="private")
+    # the explanation of a token of the previous comparison goes with its cards, at the click
+    cmp.cmp_button.click(lambda: tabs.COMPARE_HINT, outputs=[cmp.cmp_inspect], queue=False, api_visibility="private")
     def on_compare_click(request: gr.Request, evt: gr.EventData):
         html = if_newest(config.SESSIONS, config.session_key(request), "compare", evt,
                          lambda: (comparing.inspect_compared(request, evt), {}))
@@ -177,9 +184,10 @@ def wire_other_tabs(opened, run: tabs.RunTab, tok: tabs.TokenizerTab, cmp: tabs.
     opened.then(on_tokenize, inputs=tok_inputs, outputs=outputs(tok, TokenizerView), api_visibility="private")
 
     def on_load(request: gr.Request):
-        return updates(run, replay.first_view(request))
+        view, inspected = replay.first_view(request)
+        return updates(run, view) | updates(run, inspected)
 
-    opened.then(on_load, outputs=outputs(run, RunView), api_visibility="private")
+    opened.then(on_load, outputs=[*outputs(run, RunView), *outputs(run, InspectView)], api_visibility="private")
 
 
 def wire_results_tab(results: tabs.ResultsTab, run: tabs.RunTab, tab_box: gr.Tabs) -> None:

@@ -20,22 +20,29 @@ from ensemble.errors import TraceFormatError
 from ensemble.models.runtimes import split_runtime
 from ensemble.settings import METHODS
 from ensemble.trace import MAX_TRACE_BYTES, RunTrace
+from ensemble.trace.decisions import Decision
 from ensemble.trace.read import read_trace
 from ui import config, space, tabs
 from ui.controls import control_values
 from ui.sessions import if_newest
-from ui.view_tuples import ExportView, InspectView, RunView
+from ui.view_tuples import KEEP, ExportView, InspectView, RunView
 
 
-def final_views(trace: RunTrace, strip: str, status: str) -> RunView:
-    """Every view of a finished (or uploaded) trace."""
+def recorded_note(trace: RunTrace) -> str:
+    """The line under a replayed trace's timings: they are the recording's, not this machine's now."""
+    when = f" {trace.created[:10]}" if trace.created else ""
+    return f"Timings as recorded{when}, not measured now: press Run to time a run here."
+
+
+def final_views(trace: RunTrace, strip: str, status: str, recorded: bool = False) -> RunView:
+    """Every view of a finished (or uploaded) trace; ``recorded``: replayed, so its timings are labelled as recorded."""
     specem = bool(is_segments(trace.method) and trace.rounds)
     last_round = max(0, len(trace.rounds) - 1)
     return RunView(
         strip=strip,
         status=visual.status_html(status),
         legend=visual.trace_legend(trace),
-        stats=visual.stats_html(trace),
+        stats=visual.stats_html(trace, recorded_note(trace) if recorded else None),
         token_table=visual.token_frame(trace),
         token_filter="all",
         rounds=visual.rounds_html(trace) if specem else "",
@@ -52,28 +59,43 @@ def replay(request, trace: RunTrace, status: str) -> RunView:
     """Show ``trace`` (an upload, an evaluation's answer) in the Run tab as the session's trace."""
     session = config.session(request)
     session.running, session.trace = None, trace
-    return final_views(trace, visual.strip_html(trace), status)
+    return final_views(trace, visual.strip_html(trace), status, recorded=True)
 
 
 _FIRST: list[RunTrace] = []
+UNCHANGED = InspectView(*[KEEP] * len(InspectView._fields))
+"""The inspector as it is (a view that leaves it alone)."""
 
 
-def first_view(request: gr.Request) -> RunView:
+def first_view(request: gr.Request) -> tuple[RunView, InspectView]:
     """The recorded run of the first example (``ui.tabs.FIRST_VIEW``), replayed on load so every view shows
-    something before anything runs; labelled as a recording. A session that already has a run keeps it."""
+    something before anything runs; labelled as a recording, its timings too. Its first blocked token is selected
+    with its explanation open, so the first screen already shows the lesson (why the ensemble refused to fuse there)
+    without the visitor having to find out that tokens are clickable. A session that already has a run keeps it."""
     if not _FIRST:
         _FIRST.append(RunTrace.from_json(tabs.FIRST_VIEW.read_bytes()))
     trace = _FIRST[0]
     session = config.session(request)
     if session.running is not None or session.trace is not None:
-        return RunView()
+        return RunView(), UNCHANGED
     asked = (getattr(request, "query_params", None) or {}).get("prompt")
     if asked and asked != trace.prompt:  # a link opened another prompt: the recording is not of it
-        return RunView(status=visual.status_html("A link filled in this prompt and its settings: press Run to run it."))
+        return RunView(status=visual.status_html("A link filled in this prompt and its settings: press Run to run it.")), UNCHANGED
     session.trace = trace
     pool = config.POOL
     status = space.first_view_status(trace.method, trace.models, trace.created, config.RUNTIME, config.DEVICE, pool.unavailable)
-    return final_views(trace, visual.strip_html(trace), status)
+    view = final_views(trace, visual.strip_html(trace), status, recorded=True)
+    lesson = next((t.index for t in trace.tokens if t.decision == Decision.OOV_BLOCKED), None)
+    if lesson is None:
+        return view, cleared_inspector()
+    session.selected = (trace, lesson)  # "Fork from the selected token" forks there, as after a click
+    return view._replace(strip=selected_in_strip(view.strip, lesson)), inspector(trace, lesson)
+
+
+def selected_in_strip(strip: str, index: int) -> str:
+    """The strip's HTML with token ``index`` drawn selected, as a click on it draws it (``ui.tabs.STRIP_JS``)."""
+    return re.sub(rf'<span class="([^"]*)" data-i="{int(index)}"', rf'<span class="\1 el-selected" data-i="{int(index)}"',
+                  strip, count=1)
 
 
 # -- a clicked token ----------------------------------------------------------------------------------------------
@@ -82,6 +104,11 @@ def inspect(request: gr.Request, evt: gr.EventData) -> InspectView:
     index = getattr(evt, "index", None)  # what the strip's click handler passed to trigger('click', {index})
     if trace is None or not isinstance(index, int) or not 0 <= index < len(trace.tokens):
         return InspectView(explanation="<p>Run the ensemble or load a trace, then click a token.</p>")
+    return inspector(trace, index)
+
+
+def inspector(trace: RunTrace, index: int) -> InspectView:
+    """The inspector of token ``index`` of ``trace``: why, each model's tokenization, the charts, the raw record."""
     topk, fused = visual.topk_figure(trace, index), visual.fusion_figure(trace, index)
     return InspectView(
         explanation=visual.explain(trace, index),

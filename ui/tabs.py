@@ -43,7 +43,7 @@ EXAMPLES = [
     ["Sofia went to Plovdiv in 1999. Where did Sofia go, and when? Answer in one sentence.", "safe", THREE],
     [
         "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
-        "How many clips did Natalia sell altogether in April and May?",
+        "How many clips did Natalia sell altogether in April and May? Write the calculation and the total in one sentence.",
         "safe",
         PAIR,
     ],
@@ -60,6 +60,8 @@ FILLED = "el-when-filled"
 """An output box (a file to download, a chart) shown only once it holds something (a rule in visual.style): no empty
 boxes before anything runs."""
 CHARTS_HINT = '<p class="el-muted">Click a token: each model\'s top choices and the fused distribution appear here.</p>'
+COMPARE_HINT = '<p class="el-muted">Click a token in a card to see why.</p>'
+"""The Compare tab's inspector before a token is clicked (and again when a new comparison starts)."""
 SCROLL_TO_STRIP_JS = """() => {
   let tries = 0;
   const bring = () => {
@@ -218,13 +220,14 @@ def build_run_tab(model_choices: list[str], runtimes: list[str] = ("auto",), run
             status = gr.HTML(elem_id="status", js_on_load=STATUS_JS)  # HTML built by visual.status_html: Markdown would fetch ![x](url)
             legend = gr.HTML(elem_id="legend")
             strip = gr.HTML(value="", elem_id="strip", elem_classes=["el-strip"], js_on_load=STRIP_JS)
+            # the reason right under the strip: the first view's (its first blocked token, selected on load) and a
+            # click's are in the first screen on a 1366x768 laptop and begin in it on a 390x844 phone
+            explanation = gr.HTML(elem_id="explanation")
             with gr.Row():
                 strip_png = gr.Button("Save the strip as PNG", size="sm", elem_id="strip-png", scale=0, min_width=180)
             strip_png.click(None, js=png.STRIP_PNG_JS)  # drawn in the browser: nothing to send to the server
             gr.HTML('<p class="el-muted el-keys">Keys: ← → step through the tokens, n / p jump to the next / previous '
                     "blocked or replaced token.</p>")
-            # the reason right under the strip: a click on a 1366x768 laptop shows it without scrolling
-            explanation = gr.HTML(elem_id="explanation")
     with gr.Row():
         with gr.Column(scale=1):
             tokenization = gr.HTML(elem_id="tokenization")
@@ -332,7 +335,7 @@ def build_compare_tab(model_choices: list[str], default_models: list[str]) -> Co
     gr.Markdown("Uses the Run tab's engine settings and SAFE drafter, with this tab's token budget.", elem_classes=["el-muted"])
     cmp_status = gr.HTML(elem_id="cmp-status")
     cmp_view = gr.HTML(elem_id="cmp-view", js_on_load=COMPARE_JS)
-    cmp_inspect = gr.HTML('<p class="el-muted">Click a token in a card to see why.</p>', elem_id="cmp-inspect")
+    cmp_inspect = gr.HTML(COMPARE_HINT, elem_id="cmp-inspect")
     cmp_table = gr.Dataframe(label="Stats (a run per column)", elem_id="cmp-table", wrap=True, pinned_columns=1)
     cmp_plot = gr.Plot(label="Latency and E/T", elem_id="cmp-plot", elem_classes=[FILLED])
     cmp_html = gr.File(label="This comparison as one page (HTML, opens offline)", elem_id="cmp-html", interactive=False,

@@ -80,16 +80,21 @@ def _kpi(name: str, value: str, title: str = "") -> str:
     return f'<div class="el-kpi" title="{safe(title)}"><span class="el-kpi-label">{safe(name)}</span><span class="el-big">{value}</span></div>'
 
 
-def stats_html(trace: RunTrace) -> str:
-    """Key numbers, decision counts as coloured chips, and per-model work, as one HTML block."""
+def stats_html(trace: RunTrace, recorded: str | None = None) -> str:
+    """Key numbers, decision counts as coloured chips, and per-model work, as one HTML block.
+
+    ``recorded``: the trace is replayed, not run now (the first view, an upload, an evaluation's answer); its timings
+    are labelled as recorded, with this sentence saying when and where, so nobody reads them as this machine's."""
     s = trace.stats
     et = rd.number(s.et_ratio)
+    timed = "recorded " if recorded is not None else ""
+    when = "as recorded, not measured now" if recorded is not None else ""
     kpis = [
         _kpi("tokens", _fmt(s.generated_tokens, 0), "generated tokens; an answer that ended by itself counts its end-of-sequence token"),
         _kpi("E/T", safe(et_text(et, trace.method, s.rounds)), "ensemble steps per generated token"),
-        _kpi("latency", _fmt(s.latency_s, 2, " s")),
-        _kpi("tokens/s", _fmt(s.tokens_per_s, 2)),
-        _kpi("first token", _fmt(s.first_token_s, 2, " s")),
+        _kpi(f"{timed}latency", _fmt(s.latency_s, 2, " s"), when),
+        _kpi(f"{timed}tokens/s", _fmt(s.tokens_per_s, 2), when),
+        _kpi(f"{timed}first token", _fmt(s.first_token_s, 2, " s"), when),
     ]
     if rd.number(s.rounds):
         kpis.append(_kpi("rounds", _fmt(s.rounds, 0)))
@@ -104,7 +109,7 @@ def stats_html(trace: RunTrace) -> str:
     models = list(dict.fromkeys([*trace.models, *passes, *tokens, *seconds]))
     head = (
         '<tr><th>model</th><th class="el-num">forward passes</th><th class="el-num">tokens processed</th>'
-        + ('<th class="el-num" title="seconds spent inside this model\'s forward passes">forward time</th>' if seconds else "")
+        + (f'<th class="el-num" title="seconds spent inside this model\'s forward passes">{timed}forward time</th>' if seconds else "")
         + ('<th class="el-num">rounds won</th></tr>' if wins else "</tr>")
     )
     body = "".join(
@@ -122,8 +127,9 @@ def stats_html(trace: RunTrace) -> str:
     notes = "".join(f'<p class="el-muted">⚠ {safe(w)}</p>' for w in trace.warnings)
     if trace.error:
         notes += f'<p class="el-muted">Error: {safe(trace.error)}</p>'
+    note = f'<p class="el-muted el-recorded">{safe(recorded)}</p>' if recorded else ""
     return (
-        f'<div class="el-stats"><div class="el-kpis">{"".join(kpis)}</div>'
+        f'<div class="el-stats"><div class="el-kpis">{"".join(kpis)}</div>{note}'
         + (f"<div>{chips}</div>" if chips else "")
         + f'<table class="el-table">{head}{body}</table>'
         + (f'<p class="el-muted">{"; ".join(extra)}</p>' if extra else "")

@@ -176,6 +176,12 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
   .el-strip { font-size: 16px; }
   /* The result first, then the form (beside each other on wider screens); no keys hint without a keyboard. */
   #run-output { order: -1; }
+  /* The legend packs its items (two to a line where they fit), so the first view's explanation begins on screen. */
+  .el-legend { font-size: 12px; gap: 2px 10px; }
+  /* While the strip grows, the page stays where Run put it: Chromium anchors the scroll on the first visible element
+     in the page's order, which is the form (it comes first in the page, below the result on a phone), so each new
+     line of the strip pushed the status up and out of view (issue 39). */
+  #run-form { overflow-anchor: none; }
   .el-keys { display: none; }
   /* Row labels wrap ("smollm2 (verifier)" on two lines) so the inspector's rows fit; no chart toolbar over the
      chart's title (a phone zooms and pans by touch). */

@@ -483,9 +483,11 @@ def test_the_first_view_is_a_labelled_recording_with_examples_as_chips(page, sho
     assert page.locator("#strip .el-tok").count() >= 5 and "Sofia" in page.locator("#strip").inner_text()
     assert page.locator("#prompt textarea").input_value().startswith("Sofia went to Plovdiv")
     assert "consensus" in page.locator("#legend").inner_text()
-    assert "Click a token" in page.locator("#charts-hint").inner_text()
-    assert not page.locator("#topk-plot").is_visible() and not page.locator("#fusion-plot").is_visible()
-    page.locator("#strip .el-tok.oov_blocked").first.click()  # the recording is inspectable like a live run
+    # it opens on its lesson: the first blocked token selected and explained (tests/browser/test_browser_first.py)
+    assert page.locator("#strip .el-selected.oov_blocked").count() == 1
+    page.locator("#strip .el-tok.consensus").first.click()  # the recording is inspectable like a live run
+    page.wait_for_function("() => document.querySelector('#strip .el-selected')?.classList.contains('consensus')")
+    page.locator("#strip .el-tok.oov_blocked").first.click()
     page.wait_for_function("() => (document.querySelector('#explanation')?.innerText || '').includes('gemma3')")
     page.locator("#topk-plot").wait_for(state="visible")
     assert "tokenizer mismatch blocked" in page.locator("#charts-hint").inner_text()
