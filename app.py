@@ -185,9 +185,18 @@ def wire_results_tab(results: tabs.ResultsTab, run: tabs.RunTab, tab_box: gr.Tab
         config.session(request).evaluation = folder
         return updates(results, summary) | updates(results, explorer)
 
-    results.results_file.upload(on_open, inputs=[results.results_file], outputs=shown, api_visibility="private")
     def on_ours(request: gr.Request):
         return on_open(results_ui.COMMITTED_RUN, request)
+
+    stats_outputs = [results.stats_view, results.stats_plot_a, results.stats_plot_b, results.stats_plot_c]
+
+    def on_stats(request: gr.Request):  # after the grid shows: the statistics read every trace
+        view = updates(results, results_ui.stats_view(config.session(request).evaluation))
+        return {component: view[component] for component in stats_outputs}
+
+    for opened_folder in (results.results_file.upload(on_open, inputs=[results.results_file], outputs=shown, api_visibility="private"),
+                          results.results_ours.click(on_ours, outputs=shown, api_visibility="private")):
+        opened_folder.then(on_stats, outputs=stats_outputs, show_progress="minimal", api_visibility="private")
 
     def on_filter(kind, ensemble, order, request: gr.Request):
         return results_ui.filtered_grid(config.session(request).evaluation, kind, ensemble, order)
@@ -195,7 +204,6 @@ def wire_results_tab(results: tabs.ResultsTab, run: tabs.RunTab, tab_box: gr.Tab
     def on_part(qid, a, b, request: gr.Request):
         return results_ui.parting_view(config.session(request).evaluation, qid, a, b)
 
-    results.results_ours.click(on_ours, outputs=shown, api_visibility="private")
     grid_inputs = [results.grid_filter, results.grid_ensemble, results.grid_order]
     for control in grid_inputs:
         control.input(on_filter, inputs=grid_inputs, outputs=[results.grid], api_visibility="private")

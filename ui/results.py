@@ -108,12 +108,14 @@ def open_evaluation(path: str | Path) -> tuple[ResultsView, ExplorerView, Folder
 
 
 def explorer_view(folder: Folder) -> ExplorerView:
+    """The grid, its filters and the comparison's choices: everything that reads only ``rows.jsonl``, so the grid
+    shows at once. The decision statistics read every trace: :func:`stats_view` fills them next (the app chains it)."""
     ensembles = folder.ensembles()
-    stats = decision_stats(folder)
-    figures = [decisions_figure(stats), first_replacement_figure(stats), weights_trajectories_figure(stats)]
     best = folder.best_single()
     second = ensembles[0] if ensembles else (folder.methods[1] if len(folder.methods) > 1 else None)
     first = best or folder.methods[0]
+    waiting = (f'<p class="el-muted el-stats-waiting">Reading the {len(folder.traced)} kept traces for the decision statistics '
+               "(on a laptop's CPU this takes about half a minute the first time); the grid above works meanwhile…</p>")
     return ExplorerView(
         explorer_box=gr.update(visible=True),
         grid_filter=gr.update(choices=FILTER_CHOICES, value="all"),
@@ -125,7 +127,41 @@ def explorer_view(folder: Folder) -> ExplorerView:
         part_a=gr.update(choices=folder.methods, value=first),
         part_b=gr.update(choices=folder.methods, value=second if second != first else None),
         part_view="",
-        stats_view=stats_html(stats) if folder.has_traces else f'<p class="el-muted">{visual.safe(folder.traces_note)}</p>',
+        stats_view=waiting if folder.has_traces else f'<p class="el-muted">{visual.safe(folder.traces_note)}</p>',
+        stats_plot_a=gr.update(visible=False),
+        stats_plot_b=gr.update(visible=False),
+        stats_plot_c=gr.update(visible=False),
+    )
+
+
+_STATS_CACHE: dict[tuple[str, int, int], dict] = {}
+"""The committed run's decision statistics, once per process (its folder does not change while the app runs)."""
+
+
+def folder_stats(folder: Folder) -> dict:
+    """:func:`decision_stats` of ``folder``; the project's own run's computed once per process (every visitor who
+    opens it after the first gets them at once), an uploaded folder's each time."""
+    try:
+        committed = folder.path.resolve() == COMMITTED_RUN.resolve()
+    except OSError:
+        committed = False
+    if not committed:
+        return decision_stats(folder)
+    rows = (folder.path / "rows.jsonl").stat()
+    key = (str(folder.path.resolve()), rows.st_mtime_ns, rows.st_size)
+    if key not in _STATS_CACHE:
+        _STATS_CACHE[key] = decision_stats(folder)
+    return _STATS_CACHE[key]
+
+
+def stats_view(folder: Folder | None) -> ExplorerView:
+    """The decision statistics (tables and charts) of an opened folder with traces; nothing changes otherwise."""
+    if folder is None or not folder.has_traces:
+        return ExplorerView()
+    stats = folder_stats(folder)
+    figures = [decisions_figure(stats), first_replacement_figure(stats), weights_trajectories_figure(stats)]
+    return ExplorerView(
+        stats_view=stats_html(stats),
         stats_plot_a=gr.update(value=figures[0], visible=figures[0] is not None),
         stats_plot_b=gr.update(value=figures[1], visible=figures[1] is not None),
         stats_plot_c=gr.update(value=figures[2], visible=figures[2] is not None),
