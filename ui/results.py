@@ -149,9 +149,12 @@ def folder_stats(folder: Folder) -> dict:
         return decision_stats(folder)
     rows = (folder.path / "rows.jsonl").stat()
     key = (str(folder.path.resolve()), rows.st_mtime_ns, rows.st_size)
-    if key not in _STATS_CACHE:
-        _STATS_CACHE[key] = decision_stats(folder)
-    return _STATS_CACHE[key]
+    if key in _STATS_CACHE:
+        return _STATS_CACHE[key]
+    stats = decision_stats(folder)
+    if stats.get("complete", True):  # a count cut short by a time budget is not kept: the next visitor reads on
+        _STATS_CACHE[key] = stats
+    return stats
 
 
 def stats_view(folder: Folder | None) -> ExplorerView:
