@@ -19,7 +19,7 @@ QUESTION_PREVIEW = 70
 EXPLORER_CSS = """
 .el-grid-table { border-collapse: separate; border-spacing: 0; font-size: 13px; width: 100%; table-layout: auto; }
 .el-grid-table th, .el-grid-table td { border-bottom: 1px solid var(--el-line); padding: 3px 6px; }
-.el-grid-table th { font-weight: 600; text-align: center; white-space: normal; overflow-wrap: anywhere; min-width: 3.2em; }
+.el-grid-table th { font-weight: 600; text-align: center; white-space: normal; overflow-wrap: break-word; min-width: 3.2em; }
 /* The grid scrolls inside its own box, both ways: the method header stays on top and the question column at the
    left, so a cell far down or far right still says which question and which method it is (a phone shows two or
    three methods at a time). Sticky cells need an opaque background. */
@@ -77,11 +77,16 @@ def cell_html(cell) -> str:
             f'data-flags="{safe(" ".join(cell.flags))}" title="{safe(title)}">{OUTCOME_MARKS.get(cell.outcome, "?")}{flags}</td>')
 
 
+def _breakable(method: str) -> str:
+    """A method's label that a narrow column breaks after its parts ("safe-unite@ | qwen+ | smollm2"), not anywhere."""
+    return safe(method).replace("@", "@<wbr>").replace("+", "+<wbr>").replace(":", ":<wbr>")
+
+
 def grid_html(folder, question_ids: list[int], picked: tuple[int, str] | None = None) -> str:
     """The grid: a row per question in ``question_ids`` (filtered and ordered), a column per method with its
     accuracy; a note when the folder kept no traces."""
     cells = folder.cells()
-    head = "".join(f'<th title="{safe(m)}">{safe(m)}<br><small>{100 * folder.accuracy(m):.0f}%</small></th>' for m in folder.methods)
+    head = "".join(f'<th title="{safe(m)}">{_breakable(m)}<br><small>{100 * folder.accuracy(m):.0f}%</small></th>' for m in folder.methods)
     body = []
     for q in question_ids:
         question = folder.question(q)
