@@ -21,6 +21,7 @@ from ui import api, comparing, config, links, replay, running, space, tabs, toke
 from ui import results as results_ui
 from ui.sessions import click_data, if_newest
 from ui.view_tuples import CompareView, ExportView, ForkView, InspectView, ResultsView, RunView, TokenizerView, outputs, updates
+from visual import fonts
 
 
 # -- layout and wiring ------------------------------------------------------------------------------------------
@@ -278,7 +279,8 @@ def launch(port: int | None = None, block: bool = True, host: str | None = None)
         server_port=port or int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
         css=visual.CSS,
         js=links.KEYS_JS,
-        theme=gr.themes.Soft(),
+        # the text font declared once (visual.fonts): the exported pages embed the same one
+        theme=gr.themes.Soft(font=[gr.themes.LocalFont(fonts.TEXT_FONT, weights=fonts.TEXT_WEIGHTS), *fonts.TEXT_FALLBACKS]),
         prevent_thread_lock=not block,
         quiet=not block,
         mcp_server=config.MCP_SERVER,  # streamable HTTP at /gradio_api/mcp/ (the README shows a client's config)

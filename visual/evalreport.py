@@ -88,7 +88,7 @@ def explorer_sections(folder, stats: dict, views: dict[str, list[int]], filters:
         if trace is not None:
             page = Path(out) / answer_page(m, q)
             page.parent.mkdir(parents=True, exist_ok=True)
-            page.write_text(run_document(trace), encoding="utf-8")
+            page.write_text(run_document(trace, embed_fonts=False), encoding="utf-8")  # hundreds of pages: no font copy in each
             link = (f'<p><a href="{safe(quote(answer_page(m, q)))}" target="_blank" rel="noopener">Open this answer\'s strip and '
                     "inspector (click any token for why)</a></p>")
         answers[f"{q}|{m}"] = link + answer_html(folder, q, m)
