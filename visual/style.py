@@ -173,9 +173,11 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
 .el-large .el-grid-block { font-size: 22px !important; }
 .el-large .el-explain, .el-large .el-legend, .el-large .el-fork-side { font-size: 20px !important; }
 .el-large .el-swatch, .el-large .el-grid-label, .el-large .el-grid-key { font-size: 16px !important; }
-/* A download's name is read whole: Gradio cuts a long one to "trace-s….json"; here it wraps instead. */
-.el-when-filled .filename .stem { white-space: normal !important; overflow-wrap: anywhere; text-overflow: clip !important; }
-.el-when-filled .filename { overflow: visible !important; }
+/* A download's name is read whole: Gradio cuts a long one to "trace-s….json"; here it is one line of text that
+   wraps after a hyphen when the box is narrow ("trace-safe-" / "20261203-1740.json"). */
+.el-when-filled .filename { display: block !important; overflow: visible !important; font-size: 0; }  /* (no gap) */
+.el-when-filled .filename .stem, .el-when-filled .filename .ext { display: inline; font-size: 14px; white-space: normal !important;
+  overflow: visible !important; text-overflow: clip !important; overflow-wrap: break-word; }
 /* An output box that holds nothing yet (no file to download, no chart) takes no room (ui.tabs.FILLED). */
 .el-when-filled:not(:has(a[href], .js-plotly-plot)) { display: none !important; }
 /* A token id sits above the boundary lines of the aligned view: a line through "35147" would read "35|147". */
