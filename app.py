@@ -21,6 +21,7 @@ from ui import api, comparing, config, links, replay, running, space, tabs, toke
 from ui import results as results_ui
 from ui.sessions import click_data, if_newest
 from ui.view_tuples import CompareView, ExportView, ForkView, InspectView, ResultsView, RunView, TokenizerView, outputs, updates
+from visual import fonts
 
 
 # -- layout and wiring ------------------------------------------------------------------------------------------
@@ -199,9 +200,18 @@ def wire_results_tab(results: tabs.ResultsTab, run: tabs.RunTab, tab_box: gr.Tab
         config.session(request).evaluation = folder
         return updates(results, summary) | updates(results, explorer)
 
-    results.results_file.upload(on_open, inputs=[results.results_file], outputs=shown, api_visibility="private")
     def on_ours(request: gr.Request):
         return on_open(results_ui.COMMITTED_RUN, request)
+
+    stats_outputs = [results.stats_view, results.stats_plot_a, results.stats_plot_b, results.stats_plot_c]
+
+    def on_stats(request: gr.Request):  # after the grid shows: the statistics read every trace
+        view = updates(results, results_ui.stats_view(config.session(request).evaluation))
+        return {component: view[component] for component in stats_outputs}
+
+    for opened_folder in (results.results_file.upload(on_open, inputs=[results.results_file], outputs=shown, api_visibility="private"),
+                          results.results_ours.click(on_ours, outputs=shown, api_visibility="private")):
+        opened_folder.then(on_stats, outputs=stats_outputs, show_progress="minimal", api_visibility="private")
 
     def on_filter(kind, ensemble, order, request: gr.Request):
         return results_ui.filtered_grid(config.session(request).evaluation, kind, ensemble, order)
@@ -209,7 +219,6 @@ def wire_results_tab(results: tabs.ResultsTab, run: tabs.RunTab, tab_box: gr.Tab
     def on_part(qid, a, b, request: gr.Request):
         return results_ui.parting_view(config.session(request).evaluation, qid, a, b)
 
-    results.results_ours.click(on_ours, outputs=shown, api_visibility="private")
     grid_inputs = [results.grid_filter, results.grid_ensemble, results.grid_order]
     for control in grid_inputs:
         control.input(on_filter, inputs=grid_inputs, outputs=[results.grid], api_visibility="private")
@@ -284,7 +293,8 @@ def launch(port: int | None = None, block: bool = True, host: str | None = None)
         server_port=port or int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
         css=visual.CSS,
         js=links.KEYS_JS,
-        theme=gr.themes.Soft(),
+        # the text font declared once (visual.fonts): the exported pages embed the same one
+        theme=gr.themes.Soft(font=[gr.themes.LocalFont(fonts.TEXT_FONT, weights=fonts.TEXT_WEIGHTS), *fonts.TEXT_FALLBACKS]),
         prevent_thread_lock=not block,
         quiet=not block,
         mcp_server=config.MCP_SERVER,  # streamable HTTP at /gradio_api/mcp/ (the README shows a client's config)

@@ -58,5 +58,6 @@ def fork_stream(trace: RunTrace | None, at, method: str, offer: Callable[[list[s
     forked = job.trace
     comparison = compare_continuations(trace, forked)
     note = " (stopped)" if forked.stats.stop_reason == "cancelled" else ""
-    yield ForkView(visual.fork_html(trace, forked, comparison.to_dict()),
-                   visual.status_html(f"Fork done{note}: {forked.stats.generated_tokens} tokens by {label}."))
+    # The fork's own line heads the fork's view; the status above the strip keeps describing the run it shows.
+    done = visual.status_html(f"Fork done{note}: {forked.stats.generated_tokens} tokens by {label}.")
+    yield ForkView(done + visual.fork_html(trace, forked, comparison.to_dict()))

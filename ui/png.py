@@ -36,6 +36,26 @@ _TEMPLATE = """async () => {
   const node = nodes[nodes.length - 1];
   if (!node) { alert('Nothing to save yet: run the ensemble or compare tokenizations first.'); return; }
   const props = __PROPS__;
+  const painted = (root) => {  // the rightmost painted box and the block its line belongs to (block boxes span
+    let right = root.getBoundingClientRect().left, holder = root;  // their column whatever they hold: only texts
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_ELEMENT | NodeFilter.SHOW_TEXT);  // and inline
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {  // boxes count)
+      let rects = [];
+      if (n.nodeType === Node.TEXT_NODE) {
+        const range = document.createRange();
+        range.selectNodeContents(n);
+        rects = [...range.getClientRects()];
+      } else if (getComputedStyle(n).display.startsWith('inline')) {
+        rects = [...n.getClientRects()];
+      }
+      rects.forEach((r) => { if (r.width > 0 && r.right > right) { right = r.right; holder = n; } });
+    }
+    // the box whose width the line fills: up past inline boxes and flex or grid items (a legend entry) to a block
+    const item = (el) => /flex|grid/.test(getComputedStyle(el.parentElement).display);
+    let block = holder.nodeType === Node.TEXT_NODE ? holder.parentElement : holder;
+    while (block !== root && (getComputedStyle(block).display.startsWith('inline') || item(block))) block = block.parentElement;
+    return {right, block};
+  };
   const copy = (original) => {
     const clone = original.cloneNode(true);
     const from = [original, ...original.querySelectorAll('*')];
@@ -45,7 +65,24 @@ _TEMPLATE = """async () => {
       to[i].setAttribute('style', props.map((p) => p + ':' + style.getPropertyValue(p)).join(';') + ';overflow:visible');
       to[i].removeAttribute('title');
     });
-    clone.style.width = Math.ceil(Math.max(original.scrollWidth, original.getBoundingClientRect().width)) + 'px';
+    // As wide as what it paints, not as its box: a short strip in a wide column left the picture's right half
+    // empty. The rightmost painted box (each text's line boxes, each inline box: a swatch, a token), plus what
+    // lies right of its line inside the box (the paddings of the blocks around it): the lines then fit the clone
+    // as they fit the page, so none wraps anew. A block inside that had the column's width written in fills the
+    // narrower clone instead.
+    const box = original.getBoundingClientRect();
+    const {right, block} = painted(original);
+    const st = getComputedStyle(block);
+    const inset = box.right - (block.getBoundingClientRect().right - parseFloat(st.paddingRight || '0') - parseFloat(st.borderRightWidth || '0'));
+    const width = Math.ceil(Math.min(Math.max(original.scrollWidth, box.width), right - box.left + original.scrollLeft + inset + 1));
+    clone.style.boxSizing = 'border-box';  // the width counts its padding and border
+    clone.style.width = width + 'px';
+    from.forEach((el, i) => {
+      if (i > 0 && !getComputedStyle(el).display.startsWith('inline') && el.getBoundingClientRect().width > width - 1) {
+        to[i].style.width = 'auto';
+        to[i].style.maxWidth = 'none';
+      }
+    });
     clone.style.margin = '0 0 8px 0';
     return clone;
   };
@@ -56,7 +93,10 @@ _TEMPLATE = """async () => {
   }
   const pad = 12;
   const frame = document.createElement('div');
-  frame.setAttribute('style', 'padding:' + pad + 'px;background:' + paint + ';display:inline-block;color:' + getComputedStyle(node).color);
+  // (max-content, not the page's width: the page's body is a flex column, which stretched the frame to 1366 px and
+  // left the picture's right half empty)
+  frame.setAttribute('style', 'padding:' + pad + 'px;background:' + paint + ';display:inline-block;width:max-content;' +
+    'align-self:flex-start;box-sizing:content-box;color:' + getComputedStyle(node).color);
   nodes.forEach((n) => frame.appendChild(copy(n)));
   // The picture is an image: it reaches no font of the page. Every @font-face of a family the view uses goes in,
   // its file read back from the page's own origin as a data: URL (a face that cannot be read keeps the fallback).

@@ -160,7 +160,7 @@ def export_trace(request: gr.Request) -> ExportView:
     if trace is None:
         raise gr.Error("Nothing to export yet: run the ensemble or load a trace first.")
     folder = Path(tempfile.mkdtemp(prefix="ensemble-lens-"))
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    stamp = time.strftime("%Y%m%d-%H%M")  # short enough to read whole in the download boxes: trace-safe-20261203-1740.json
     json_path = folder / f"trace-{trace.method}-{stamp}.json"
     json_path.write_text(trace.to_json(indent=1), encoding="utf-8")
     csv_path = folder / f"tokens-{trace.method}-{stamp}.csv"

@@ -193,12 +193,14 @@ def _stats(folder: Folder) -> dict:
 
 
 def explorer_view(folder: Folder) -> ExplorerView:
+    """The grid, its filters and the comparison's choices: everything that reads only ``rows.jsonl``, so the grid
+    shows at once. The decision statistics read every trace: :func:`stats_view` fills them next (the app chains it)."""
     ensembles = folder.ensembles()
-    stats = _stats(folder)
-    figures = [decisions_figure(stats), first_replacement_figure(stats), weights_trajectories_figure(stats)]
     best = folder.best_single()
     second = ensembles[0] if ensembles else (folder.methods[1] if len(folder.methods) > 1 else None)
     first = best or folder.methods[0]
+    waiting = (f'<p class="el-muted el-stats-waiting">Reading the {len(folder.traced)} kept traces for the decision statistics '
+               "(on a laptop's CPU this takes about half a minute the first time); the grid above works meanwhile…</p>")
     return ExplorerView(
         explorer_box=gr.update(visible=True),
         grid_filter=gr.update(choices=FILTER_CHOICES, value="all"),
@@ -210,7 +212,21 @@ def explorer_view(folder: Folder) -> ExplorerView:
         part_a=gr.update(choices=folder.methods, value=first),
         part_b=gr.update(choices=folder.methods, value=second if second != first else None),
         part_view="",
-        stats_view=stats_html(stats) if folder.has_traces else f'<p class="el-muted">{visual.safe(folder.traces_note)}</p>',
+        stats_view=waiting if folder.has_traces else f'<p class="el-muted">{visual.safe(folder.traces_note)}</p>',
+        stats_plot_a=gr.update(visible=False),
+        stats_plot_b=gr.update(visible=False),
+        stats_plot_c=gr.update(visible=False),
+    )
+
+
+def stats_view(folder: Folder | None) -> ExplorerView:
+    """The decision statistics (tables and charts) of an opened folder with traces; nothing changes otherwise."""
+    if folder is None or not folder.has_traces:
+        return ExplorerView()
+    stats = _stats(folder)
+    figures = [decisions_figure(stats), first_replacement_figure(stats), weights_trajectories_figure(stats)]
+    return ExplorerView(
+        stats_view=stats_html(stats),
         stats_plot_a=gr.update(value=figures[0], visible=figures[0] is not None),
         stats_plot_b=gr.update(value=figures[1], visible=figures[1] is not None),
         stats_plot_c=gr.update(value=figures[2], visible=figures[2] is not None),

@@ -102,7 +102,7 @@ def explorer_sections(folder, stats: dict, views: dict[str, list[int]], filters:
         link = ""
         trace = folder.readable_trace(q, m) if cell.traced and out is not None and q in paged else None
         if trace is not None:
-            _write_page(Path(out), answer_page(m, q), run_document(trace))
+            _write_page(Path(out), answer_page(m, q), run_document(trace, embed_fonts=False))  # hundreds of pages: no font copy in each
             link = (f'<p><a href="{safe(quote(answer_page(m, q)))}" target="_blank" rel="noopener">Open this answer\'s strip and '
                     "inspector (click any token for why)</a></p>")
         answers[f"{q}|{m}"] = link + answer_html(folder, q, m)

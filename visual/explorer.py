@@ -17,10 +17,24 @@ FLAG_MARKS = {"loop": ("↻", "a phrase loop"), "corrupted": ("⌧", "corrupted 
 QUESTION_PREVIEW = 70
 
 EXPLORER_CSS = """
-.el-grid-table { border-collapse: collapse; font-size: 13px; width: 100%; table-layout: auto; }
+.el-grid-table { border-collapse: separate; border-spacing: 0; font-size: 13px; width: 100%; table-layout: auto; }
 .el-grid-table th, .el-grid-table td { border-bottom: 1px solid var(--el-line); padding: 3px 6px; }
-.el-grid-table th { font-weight: 600; text-align: center; white-space: normal; overflow-wrap: anywhere; min-width: 3.2em; }
-.el-grid-table td.el-q { text-align: left; max-width: 26em; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.el-grid-table th { font-weight: 600; text-align: center; white-space: normal; overflow-wrap: break-word; min-width: 3.2em; }
+/* The grid scrolls inside its own box, both ways: the method header stays on top and the question column at the
+   left, so a cell far down or far right still says which question and which method it is (a phone shows two or
+   three methods at a time). Sticky cells need an opaque background. */
+.el-grid-scroll { overflow: auto; max-width: 100%; max-height: min(70vh, 640px); overscroll-behavior: contain; }
+.el-grid-table thead th { position: sticky; top: 0; z-index: 2; background: var(--background-fill-primary, Canvas);
+  box-shadow: inset 0 -1px 0 var(--el-line); }
+.el-grid-table .el-q { position: sticky; left: 0; z-index: 1; background: var(--background-fill-primary, Canvas);
+  box-shadow: inset -1px 0 0 var(--el-line); text-align: left; min-width: 0; max-width: 26em; }
+.el-grid-table thead th.el-q { z-index: 3; }
+.el-grid-table tbody th.el-q { font-weight: normal; }
+.el-q details { overflow: hidden; }
+.el-q summary { list-style: none; cursor: pointer; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+.el-q summary::-webkit-details-marker { display: none; }
+.el-q details[open] summary .el-q-short { display: none; }
+.el-q .el-q-full { white-space: normal; overflow-wrap: anywhere; font-weight: normal; }
 .el-cell { text-align: center; cursor: pointer; white-space: nowrap; font-variant-numeric: tabular-nums; border-radius: 3px; }
 .el-cell:hover, .el-cell:focus { outline: 2px solid var(--el-shared); outline-offset: -2px; }
 .el-cell.el-right { background: rgba(0, 158, 115, 0.22); }
@@ -28,12 +42,26 @@ EXPLORER_CSS = """
 .el-cell.el-error { background: rgba(153, 153, 153, 0.35); }
 .el-cell.el-picked { outline: 3px solid currentColor; outline-offset: -3px; }
 .el-cell small { opacity: 0.8; margin-left: 2px; }
-.el-grid-scroll { overflow-x: auto; max-width: 100%; }
 .el-results { width: 100%; }
 .el-table-scroll { overflow-x: auto; max-width: 100%; }
 .el-results th { white-space: normal; }
 .el-parting { display: grid; grid-template-columns: repeat(auto-fit, minmax(280px, 1fr)); gap: 10px; }
 .el-parting > div { border: 1px solid var(--el-line); border-radius: 6px; padding: 6px 10px; min-width: 0; }
+@media (max-width: 600px) {
+  /* A phone: the question column is its number and a few words (a tap opens the whole question), the rest of the
+     width is the methods'. */
+  .el-grid-table .el-q { max-width: 7.5em; }
+  .el-grid-table th { font-size: 11px; }
+  /* The summary: a card per method, a line per figure, nothing hidden off to the right. */
+  .el-results, .el-results tbody, .el-results tr { display: block; width: 100%; }
+  .el-results thead { display: none; }
+  .el-results tr { border: 1px solid var(--el-line); border-radius: 6px; margin: 0 0 8px; padding: 4px 8px; box-sizing: border-box; }
+  .el-results td, .el-results td.el-num { display: flex; justify-content: space-between; gap: 12px; border: none;
+    padding: 1px 0; text-align: right; white-space: normal; overflow-wrap: anywhere; }
+  .el-results td::before { content: attr(data-label); text-align: left; opacity: 0.75; }
+  .el-results td:first-child { font-weight: 600; text-align: left; }
+  .el-results td:first-child::before { content: none; }
+}
 """
 
 
@@ -49,23 +77,30 @@ def cell_html(cell) -> str:
             f'data-flags="{safe(" ".join(cell.flags))}" title="{safe(title)}">{OUTCOME_MARKS.get(cell.outcome, "?")}{flags}</td>')
 
 
+def _breakable(method: str) -> str:
+    """A method's label that a narrow column breaks after its parts ("safe-unite@ | qwen+ | smollm2"), not anywhere."""
+    return safe(method).replace("@", "@<wbr>").replace("+", "+<wbr>").replace(":", ":<wbr>")
+
+
 def grid_html(folder, question_ids: list[int], picked: tuple[int, str] | None = None) -> str:
     """The grid: a row per question in ``question_ids`` (filtered and ordered), a column per method with its
     accuracy; a note when the folder kept no traces."""
     cells = folder.cells()
-    head = "".join(f'<th title="{safe(m)}">{safe(m)}<br><small>{100 * folder.accuracy(m):.0f}%</small></th>' for m in folder.methods)
+    head = "".join(f'<th title="{safe(m)}">{_breakable(m)}<br><small>{100 * folder.accuracy(m):.0f}%</small></th>' for m in folder.methods)
     body = []
     for q in question_ids:
         question = folder.question(q)
         short = question if len(question) <= QUESTION_PREVIEW else question[: QUESTION_PREVIEW - 1] + "…"
         row = "".join(cell_html(cells[(q, m)]).replace('class="el-cell', 'class="el-cell el-picked', 1)
                       if picked == (q, m) else cell_html(cells[(q, m)]) for m in folder.methods)
-        body.append(f'<tr data-qid="{q}"><td class="el-q" title="{safe(question)}"><b>{q}</b> {safe(short)}</td>{row}</tr>')
+        label = (f'<details><summary title="{safe(question)}"><b>{q}</b> <span class="el-q-short">{safe(short)}</span></summary>'
+                 f'<span class="el-q-full">{safe(question)}</span></details>')
+        body.append(f'<tr data-qid="{q}"><th scope="row" class="el-q">{label}</th>{row}</tr>')
     legend = ("✓ right · ✗ wrong · ! failed · " + " · ".join(f"{mark} {why}" for mark, why in FLAG_MARKS.values())
               + f" · {len(question_ids)} of {len(folder.question_ids)} questions shown")
     note = f'<p class="el-warning el-no-traces">{safe(folder.traces_note)}</p>' if folder.traces_note else ""
     return (f'{note}<p class="el-muted">{safe(legend)}</p><div class="el-grid-scroll"><table class="el-grid-table">'
-            f'<thead><tr><th>question</th>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
+            f'<thead><tr><th class="el-q">question</th>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
 
 
 def answer_html(folder, qid: int, method: str) -> str:

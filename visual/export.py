@@ -16,6 +16,7 @@ from ensemble.capabilities import is_segments
 from ensemble.trace import RunTrace
 
 from .escape import safe
+from .fonts import TEXT_STACK, embedded_faces
 from .forks import fork_html
 from .inspector import explain
 from .specem import rounds_html, weights_note
@@ -26,12 +27,13 @@ from .style import CSS
 from .tokenizers import tokenizers_html
 
 _PAGE_CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif, var(--el-emoji); margin: 0 auto; max-width: 1100px;
+body { font-family: __TEXT_STACK__, var(--el-emoji); margin: 0 auto; max-width: 1100px;
   padding: 16px; color: #1f2328; background: #fff; }
 @media (prefers-color-scheme: dark) { body { color: #e6e6e6; background: #111418; } }
 .el-doc-meta { font-size: 13px; opacity: 0.75; }
 .el-doc-panel { border: 1px solid var(--el-line); border-radius: 6px; padding: 8px 12px; margin: 10px 0; min-height: 2em; }
-"""
+#el-inspector { scroll-margin-top: 8px; }
+""".replace("__TEXT_STACK__", TEXT_STACK)
 
 _INSPECT_JS = """
 (() => {
@@ -44,6 +46,9 @@ _INSPECT_JS = """
     token.classList.add('el-selected');
     const entry = data[token.dataset.i];
     panel.innerHTML = entry ? entry : '';
+    // The explanation below the strip comes into sight (a long strip or a phone has it off-screen).
+    const box = panel.getBoundingClientRect();
+    if (box.top < 0 || box.top > window.innerHeight - 64) panel.scrollIntoView({block: 'start', behavior: 'smooth'});
   });
 })();
 """
@@ -54,8 +59,9 @@ def _json_in_script(value) -> str:
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
-def document(title: str, body: str, data: dict | None = None) -> str:
-    """A standalone page around ``body`` (already escaped HTML); ``data`` (str -> HTML) backs the inspector."""
+def document(title: str, body: str, data: dict | None = None, embed_fonts: bool = True) -> str:
+    """A standalone page around ``body`` (already escaped HTML); ``data`` (str -> HTML) backs the inspector.
+    ``embed_fonts``: the app's text font goes in (about 210 kB), so the page looks as the app does anywhere."""
     script = ""
     if data is not None:
         script = (f'<script type="application/json" id="el-data">{_json_in_script(data)}</script>'
@@ -63,13 +69,14 @@ def document(title: str, body: str, data: dict | None = None) -> str:
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{safe(title)}</title><style>{CSS}{_PAGE_CSS}</style></head>"
+        f"<title>{safe(title)}</title><style>{embedded_faces() if embed_fonts else ''}{CSS}{_PAGE_CSS}</style></head>"
         f"<body>{body}{script}</body></html>"
     )
 
 
-def run_document(trace: RunTrace) -> str:
-    """A run (or a fork) as one file: prompt, legend, strip, inspector on click, stats, SpecEM rounds."""
+def run_document(trace: RunTrace, embed_fonts: bool = True) -> str:
+    """A run (or a fork) as one file: prompt, legend, strip, inspector on click, stats, SpecEM rounds (``embed_fonts``:
+    :func:`document`'s; an evaluation report's hundreds of answer pages leave the font out)."""
     data = {str(t.index): explain(trace, t.index) + tokenization_html(trace, t.index) for t in trace.tokens}
     meta = f"{trace.method} on {', '.join(trace.models)}" + (f" · recorded {trace.created[:19]}" if trace.created else "")
     warnings = f'<p class="el-warning">{safe(" · ".join(trace.warnings))}</p>' if trace.warnings else ""
@@ -83,7 +90,7 @@ def run_document(trace: RunTrace) -> str:
         '<p class="el-muted">Click a token above to see why.</p></div>'
         f"{stats_html(trace)}{specem}"
     )
-    return document(f"Ensemble Lens: {trace.method} on {', '.join(trace.models)}", body, data)
+    return document(f"Ensemble Lens: {trace.method} on {', '.join(trace.models)}", body, data, embed_fonts)
 
 
 def compare_document(traces: dict[str, RunTrace]) -> str:

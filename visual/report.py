@@ -55,12 +55,14 @@ def results_html(rows: list[dict]) -> str:
     head = "".join(f'<th class="{"" if key == "method" else "el-num"}">{safe(title)}</th>' for key, title, _ in COLUMNS)
     body = "".join(
         "<tr>"
-        + "".join(f'<td class="{"" if key == "method" else "el-num"}">{_cell(row, key, digits)}</td>' for key, _, digits in COLUMNS)
+        + "".join(f'<td class="{"" if key == "method" else "el-num"}" data-label="{safe(title)}">{_cell(row, key, digits)}</td>'
+                  for key, title, digits in COLUMNS)
         + "</tr>"
         for row in rows
         if isinstance(row, dict)
     )
-    # in a box that scrolls sideways when the table is wider than the page (a phone), so the page never does
+    # in a box that scrolls sideways when the table is wider than its box; on a phone each row is a card of labelled
+    # lines (``data-label``, visual.explorer's stylesheet), so no column is hidden off to the right
     return (f'<div class="el-table-scroll" style="overflow-x: auto; max-width: 100%">'
             f'<table class="el-table el-results"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>')
 

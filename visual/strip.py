@@ -212,20 +212,42 @@ def _strip_marked(trace: RunTrace, at: int | None) -> str:
     return kept_html(trace) + builder.add(before, trace.text) + mark + builder.add(after, trace.text)
 
 
+def identical_groups(traces: dict[str, RunTrace]) -> list[list[str]]:
+    """The keys of ``traces`` whose texts are equal, in groups of two or more (in the order of ``traces``)."""
+    groups: dict[str, list[str]] = {}
+    for key, trace in traces.items():
+        groups.setdefault(trace.text, []).append(key)
+    return [keys for keys in groups.values() if len(keys) > 1]
+
+
+def _names(labels: list[str]) -> str:
+    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
+
+
 def compare_html(traces: dict[str, RunTrace]) -> str:
     """The Compare tab's cards: per run its label (a single model named), warnings, legend and strip, side by
-    side, the first character where the runs differ marked in every strip. Each card carries ``data-run`` (its
-    key in ``traces``) so a click on a token can name the run."""
+    side, the first character where the runs differ marked in every strip; runs whose texts are equal are called
+    identical (in the note and on their cards). Each card carries ``data-run`` (its key in ``traces``) so a click
+    on a token can name the run. A card is three rows of the cards' grid (head, legend, strip: ``subgrid``), so the
+    strips of cards side by side start at one height however long each legend is, and the bars line up."""
     at = first_divergence([t.text for t in traces.values()])
-    note = ("" if at is None or len(traces) < 2 else
-            f'<p class="el-muted">The runs agree on their first {at} character(s); the bar marks where they part.</p>')
-    if at is None and len(traces) > 1:
-        note = '<p class="el-muted">Every run wrote the same text.</p>'
+    label = {key: compare_label(trace) for key, trace in traces.items()}
+    groups = identical_groups(traces)
+    note = ""
+    if len(traces) > 1 and at is None:
+        note = f'<p class="el-muted">The runs wrote identical texts ({len(next(iter(traces.values())).text)} characters).</p>'
+    elif len(traces) > 1:
+        same = "".join(f" {_names([label[k] for k in keys])} wrote identical texts." for keys in groups)
+        note = f'<p class="el-muted">The runs agree on their first {at} character(s); the bar marks where they part.{safe(same)}</p>'
+    twins = {key: [label[k] for k in keys if k != key] for keys in groups for key in keys}
     cards = []
     for key, trace in traces.items():
+        badge = (f'<p class="el-compare-same">identical to {safe(_names(twins[key]))}</p>'
+                 if key in twins and at is not None else "")
         cards.append(
-            f'<div class="el-compare-card" data-run="{safe(key)}"><h4>{safe(compare_label(trace))}</h4>'
+            f'<div class="el-compare-card" data-run="{safe(key)}"><div class="el-compare-head"><h4>{safe(label[key])}</h4>'
             + (f'<p class="el-warning">{safe(" · ".join(trace.warnings))}</p>' if trace.warnings else "")
+            + badge + "</div>"
             + trace_legend(trace)
             + f'<div class="el-strip">{_strip_marked(trace, at)}</div></div>'
         )

@@ -158,14 +158,26 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
 .el-table td.el-num, .el-table th.el-num { text-align: right; }
 .el-error { border: 1px solid #D55E00; border-left-width: 4px; border-radius: 4px; padding: 6px 10px; margin: 4px 0; }
 .el-compare { display: grid; grid-template-columns: repeat(auto-fit, minmax(280px, 1fr)); gap: 10px; }
-.el-compare-card { border: 1px solid var(--el-line); border-radius: 6px; padding: 6px 10px; min-width: 0; }
+/* A card spans three rows of the cards' grid (head, legend, strip) and shares them with the cards beside it, so
+   every strip of a row starts at one height: a longer legend does not push its strip (and the bar where the runs
+   part) lower than its neighbour's. */
+.el-compare-card { border: 1px solid var(--el-line); border-radius: 6px; padding: 6px 10px; min-width: 0;
+  display: grid; grid-row: span 3; grid-template-rows: subgrid; row-gap: 4px; align-content: start; }
+.el-compare-card > * { min-width: 0; }
+.el-compare-card > .el-legend { margin: 0; align-self: start; }
 .el-compare-card h4 { margin: 2px 0 4px; }
+.el-compare-same { margin: 0 0 2px; font-size: 13px; font-weight: 600; }
 /* Projector mode (the app's large-text switch puts el-large on its container): read from the back of a room.
    Gradio scopes these rules inside its container, where the base rules weigh more: hence !important. */
 .el-large .el-strip { font-size: 30px !important; line-height: 2.1 !important; }
 .el-large .el-grid-block { font-size: 22px !important; }
 .el-large .el-explain, .el-large .el-legend, .el-large .el-fork-side { font-size: 20px !important; }
 .el-large .el-swatch, .el-large .el-grid-label, .el-large .el-grid-key { font-size: 16px !important; }
+/* A download's name is read whole: Gradio cuts a long one to "trace-s….json"; here it is one line of text that
+   wraps after a hyphen when the box is narrow ("trace-safe-" / "20261203-1740.json"). */
+.el-when-filled .filename { display: block !important; overflow: visible !important; font-size: 0; }  /* (no gap) */
+.el-when-filled .filename .stem, .el-when-filled .filename .ext { display: inline; font-size: 14px; white-space: normal !important;
+  overflow: visible !important; text-overflow: clip !important; overflow-wrap: break-word; }
 /* An output box that holds nothing yet (no file to download, no chart) takes no room (ui.tabs.FILLED). */
 .el-when-filled:not(:has(a[href], .js-plotly-plot)) { display: none !important; }
 /* A token id sits above the boundary lines of the aligned view: a line through "35147" would read "35|147". */

@@ -104,3 +104,62 @@ def test_the_projects_run_opens_from_the_button_and_a_lost_question_shows_its_to
     assert page.locator("#prompt textarea").input_value() == trace.prompt
     page.wait_for_function("() => { const r = document.querySelector('#status').getBoundingClientRect();"
                            " return r.top >= -2 && r.bottom <= window.innerHeight; }")
+
+
+# Where a grid cell, its question's label and its method's header are, once the cell is scrolled into sight.
+_CELL_IN_SIGHT_JS = """(cell) => {
+  const row = cell.closest('tr'), table = cell.closest('table');
+  const column = [...row.children].indexOf(cell);
+  const label = row.children[0], head = table.querySelector('thead tr').children[column];
+  const box = (e) => { const r = e.getBoundingClientRect(); return {left: r.left, right: r.right, top: r.top, bottom: r.bottom}; };
+  return {cell: box(cell), label: box(label), head: box(head), height: innerHeight, width: innerWidth,
+          head_text: head.innerText};
+}"""
+
+
+@pytest.mark.parametrize("size", [(1366, 768), (390, 844)], ids=["laptop", "phone"])
+def test_the_grid_keeps_its_question_column_and_method_header_in_sight(browser, app_url, size, tmp_path):
+    """Issue 39, item 4: on a phone the question text took ~300 px and the ✓/✗ cells were off-screen with no
+    question column or method header in sight; the summary table was cut at "co…". Every cell, scrolled to, shows
+    beside its question's label and under its method's header; a question's label opens to its whole text; every
+    figure of the summary is on screen, none cut."""
+    context = browser.new_context(viewport={"width": size[0], "height": size[1]})
+    page = context.new_page()
+    page.set_default_timeout(180_000)
+    page.goto(app_url)
+    page.wait_for_selector("#run-button")
+    page.get_by_role("tab", name="Results").click()
+    page.locator("#results-ours").click()
+    page.wait_for_function("() => document.querySelectorAll('#grid .el-cell').length === 240")
+    first_label = page.locator("#grid tbody tr").first.locator(":scope > *").first
+    assert first_label.evaluate("e => e.getBoundingClientRect().width") <= 0.4 * size[0], "the question column is too wide"
+    run = open_folder(ROOT / "docs" / "results" / "gsm8k-60-traced")
+    last = run.question_ids[-1]
+    for method, side in ((run.methods[-1], "scrollWidth"), (run.methods[0], "0")):  # the last row's far right, far left
+        # as a reader does: the grid in sight, then down to its last row and across to the method's column
+        page.locator("#grid table").evaluate(f"""t => {{ const box = t.parentElement; box.scrollIntoView({{block: 'start'}});
+            box.scrollTop = box.scrollHeight; box.scrollLeft = {'box.scrollWidth' if side != '0' else '0'}; }}""")
+        cell = page.locator(f'#grid .el-cell[data-qid="{last}"][data-method="{method}"]')
+        cell.scroll_into_view_if_needed()  # (a grid without its own scrolling box: the page scrolls to it instead)
+        page.wait_for_timeout(300)
+        at = cell.evaluate(_CELL_IN_SIGHT_JS)
+        c, label, head = at["cell"], at["label"], at["head"]
+        assert c["top"] >= 0 and c["bottom"] <= at["height"] and c["left"] >= 0 and c["right"] <= at["width"], at
+        assert label["left"] >= -1 and label["right"] <= c["left"] + 1, f"the question's label is not beside {method}'s cell: {at}"
+        assert head["top"] >= -1 and head["bottom"] <= c["top"] + 1, f"{method}'s header is not in sight above its cell: {at}"
+        assert method.split("@")[0] in " ".join(at["head_text"].split()).replace(" ", "")
+    page.screenshot(path=str(tmp_path / f"grid-{size[0]}.png"))
+    summary = page.locator("#grid tbody tr").first.locator("summary, details").first  # the label opens to the question
+    summary.click()
+    full = run.question(run.question_ids[0])
+    page.wait_for_function("(want) => (document.querySelector('#grid tbody tr')?.innerText || '').replace(/\\s+/g, ' ')"
+                           ".includes(want.replace(/\\s+/g, ' ').slice(-40))", arg=full)
+    cut = page.evaluate("""() => [...document.querySelectorAll('#results-view td')].filter((td) => {
+        const r = td.getBoundingClientRect(), box = td.closest('.el-table-scroll').getBoundingClientRect();
+        return r.width === 0 || r.right > Math.min(innerWidth, box.right) + 1 || r.left < box.left - 1
+          || td.scrollWidth > td.clientWidth + 1; }).map((td) => td.innerText)""")
+    assert not cut, f"summary cells off screen or cut: {cut[:6]}"
+    page.locator("#results-view").scroll_into_view_if_needed()
+    page.screenshot(path=str(tmp_path / f"summary-{size[0]}.png"))
+    page.wait_for_selector("#eval-stats table")  # the statistics follow the grid
+    context.close()

@@ -83,7 +83,7 @@ def test_a_damaged_trace_member_counts_as_missing_and_the_folder_opens(tmp_path)
     _understate(path, "gsm8k-3/traces/specem/1.json.gz")
     _, explorer, folder = results.open_evaluation(path)
     assert folder is not None and (1, "specem") not in folder.traced and len(folder.traced) == 8
-    assert "Decisions per 100 tokens" in explorer.stats_view
+    assert "Decisions per 100 tokens" in results.stats_view(folder).stats_view  # the statistics follow the grid
 
 
 def test_a_corrupt_deflate_stream_inside_a_trace_counts_as_missing(tmp_path):
@@ -93,7 +93,7 @@ def test_a_corrupt_deflate_stream_inside_a_trace_counts_as_missing(tmp_path):
         gzip.decompress(bad)
     _, explorer, folder = results.open_evaluation(_zip(tmp_path / "z.zip", {"traces/specem/1.json.gz": bad}))
     assert folder is not None and folder.readable_trace(1, "specem") is None
-    assert "Decisions per 100 tokens" in explorer.stats_view
+    assert "Decisions per 100 tokens" in results.stats_view(folder).stats_view  # the statistics follow the grid
     trace, note = results.open_cell(folder, {"qid": 1, "method": "specem"})
     assert trace is None and "not a readable gzip" in note and str(folder.path) not in note
 

@@ -116,5 +116,22 @@ def test_compare_cards_name_a_single_model_and_mark_where_the_runs_part():
     assert at is not None and single.text[:at] == unite.text[:at] and single.text[at:at + 1] != unite.text[at:at + 1]
     assert html.count('class="el-fork-split"') == 2 and f"agree on their first {at} character" in html
     same = visual.compare_html({"a": single, "b": single})
-    assert "el-fork-split" not in same and "Every run wrote the same text" in same
+    assert "el-fork-split" not in same and "The runs wrote identical texts" in same
     assert visual.first_divergence(["ab", "ab"]) is None and visual.first_divergence(["ab", "abc"]) == 2
+
+
+def test_compare_calls_equal_texts_identical_and_gives_every_card_three_rows():
+    """Two runs of three wrote the same text: the note and their cards say "identical" (the third parts from them);
+    each card is head, legend, strip, so the cards' grid can line the strips up (the browser test measures it)."""
+    single, unite = load("single"), load("unite")
+    twin = RunTrace.from_dict(single.to_dict() | {"method": "gac"})  # the same text under another method
+    html = visual.compare_html({"single": single, "gac": twin, "unite": unite})
+    names = f"single ({single.models[0]}) and gac wrote identical texts"
+    assert names in html
+    assert html.count('class="el-compare-same"') == 2 and "identical to gac" in html
+    assert f"identical to single ({single.models[0]})" in html
+    for card in re.findall(r'<div class="el-compare-card".*?(?=<div class="el-compare-card"|$)', html, re.S):
+        assert re.match(r'<div class="el-compare-card" data-run="[^"]+"><div class="el-compare-head">.*?</div>'
+                        r'<div class="el-legend">.*?</div><div class="el-strip">', card, re.S), card[:200]
+    assert "grid-template-rows: subgrid" in visual.CSS
+    assert "identical" not in visual.compare_html({"single": single, "unite": unite}).split('<div class="el-compare">')[0]
