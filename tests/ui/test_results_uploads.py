@@ -81,7 +81,7 @@ def test_a_header_that_understates_a_size_refuses_the_folder_and_leaves_nothing(
 def test_a_damaged_trace_member_counts_as_missing_and_the_folder_opens(tmp_path):
     path = _zip(tmp_path / "crc-trace.zip")
     _understate(path, "gsm8k-3/traces/specem/1.json.gz")
-    _, explorer, folder = results.open_evaluation(path)
+    _, _, folder = results.open_evaluation(path)
     assert folder is not None and (1, "specem") not in folder.traced and len(folder.traced) == 8
     assert "Decisions per 100 tokens" in results.stats_view(folder).stats_view  # the statistics follow the grid
 
@@ -91,7 +91,7 @@ def test_a_corrupt_deflate_stream_inside_a_trace_counts_as_missing(tmp_path):
     bad = good[:20] + bytes(40) + good[60:]
     with pytest.raises(Exception):  # noqa: B017 - the file really is damaged (zlib.error)
         gzip.decompress(bad)
-    _, explorer, folder = results.open_evaluation(_zip(tmp_path / "z.zip", {"traces/specem/1.json.gz": bad}))
+    _, _, folder = results.open_evaluation(_zip(tmp_path / "z.zip", {"traces/specem/1.json.gz": bad}))
     assert folder is not None and folder.readable_trace(1, "specem") is None
     assert "Decisions per 100 tokens" in results.stats_view(folder).stats_view  # the statistics follow the grid
     trace, note = results.open_cell(folder, {"qid": 1, "method": "specem"})
