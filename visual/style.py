@@ -125,6 +125,10 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
 .el-box.unknown { background: none; box-shadow: none; border-bottom: 1px dotted var(--el-line); }
 .el-box.bytes { text-decoration: underline wavy var(--el-line); }
 .el-box.el-current { outline: 2px solid currentColor; outline-offset: -1px; }
+/* A replaced token's draft: the text row shows what the models checked, struck through (it was discarded); the
+   response row shows the token that replaced it in its place. */
+.el-axis.struck { text-decoration: line-through 2px; text-decoration-color: var(--el-missing); opacity: 0.75; }
+.el-box.el-replacement { font-weight: 600; padding: 0 2px; }
 .el-box.incomplete { background-image: repeating-linear-gradient(135deg, transparent 0 4px, var(--el-faint) 4px 8px); }
 /* Edges sit in the middle of the 7px column gap after the segment they close: a gutter, never through a glyph. */
 .el-edge { pointer-events: none; justify-self: end; width: 2px; margin-right: -4.5px; z-index: 1; }
