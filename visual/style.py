@@ -34,9 +34,13 @@ CONSENSUS_KINDS: dict[str, tuple[str, str, str]] = {
 }
 END_MARKER = "⏹ end"  # how the strip draws the end-of-sequence record
 
-# One colour per model for SpecEM (classes model-0, model-1, ... in the order of trace.models).
-MODEL_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#999999")
-MODEL_CLASSES = 16  # CSS exists for model-0 .. model-15; colours repeat with another underline after 8
+# One colour per model for SpecEM's winning segments and the weights chart (classes model-0, model-1, ... in the
+# order of trace.models): a palette of its own, apart from every decision colour above ("a colour means one thing";
+# smollm2 in the blocked colour read as blocked). Picked for the distance (CIE Lab) of their tints, on light and
+# dark backgrounds, from each decision's tint and from each other (tests/visual/test_style.py measures it).
+MODEL_COLOURS = ("#3C2EB8", "#65B82E", "#B82EAA", "#918830", "#7A281F", "#262E73")
+MODEL_CLASSES = 16  # CSS exists for model-0 .. model-15; colours repeat with another underline after 6
+MODEL_UNDERLINES = ("solid", "groove", "ridge")  # none of the decisions' (solid is theirs too, but not these colours)
 
 def model_colour(i: int) -> str:
     return MODEL_COLOURS[i % len(MODEL_COLOURS)]
@@ -97,6 +101,7 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
 .ws { opacity: 0.45; }
 .el-legend { display: flex; flex-wrap: wrap; gap: 6px 16px; align-items: center; font-size: 13px; margin: 4px 0; }
 .el-legend-item { display: inline-flex; gap: 6px; align-items: center; }
+.el-legend-head { font-weight: 600; }
 .el-swatch { display: inline-block; min-width: 2.2em; text-align: center; border-radius: 3px;
   font-family: var(--el-mono); font-size: 12px; line-height: 1.5; }
 .el-chip { display: inline-block; border-radius: 3px; padding: 0 6px; margin: 2px 4px 2px 0; font-size: 13px; }
@@ -222,7 +227,8 @@ def _build_css() -> str:
                  f"{{ background: {_tint(blue, 0.1)}; border-bottom: 2px dotted {blue}; }}\n")
     for i in range(MODEL_CLASSES):
         # model-N after the decision rules: a SpecEM token shows its winning model's colour
-        rules.append(_mark_rules(f"model-{i}", model_colour(i), "solid" if i < len(MODEL_COLOURS) else "dashed"))
+        underline = MODEL_UNDERLINES[(i // len(MODEL_COLOURS)) % len(MODEL_UNDERLINES)]
+        rules.append(_mark_rules(f"model-{i}", model_colour(i), underline))
     rules.append(".dark .ws, .dark .el-axis { opacity: 0.6; }\n")
     return "".join(rules)
 
@@ -239,9 +245,13 @@ def legend_html(method: str, models: list[str], settings: dict | None = None, en
     """One swatch per decision ``method`` (with ``settings``) can produce; for SpecEM one per model (``model-N``);
     the end marker only for an answer that ended by itself (``ended``), not one that hit its token budget."""
     items = []
+    head = ""
     if is_segments(method):
+        # model colours, not decisions: the legend says so before the names
+        head = ('<span class="el-legend-head" title="SpecEM colours each token by the model whose segment won its round; '
+                'these colours name models, not decisions">Winning model of each round:</span>')
         for i, name in enumerate(models):
-            items.append((f"model-{i}", f"segment of {name}", f"{name}'s segment won the round"))
+            items.append((f"model-{i}", name, f"{name}'s segment won the round"))
     else:
         for decision in method_decisions(method, settings):
             if decision == "consensus":
@@ -258,4 +268,4 @@ def legend_html(method: str, models: list[str], settings: dict | None = None, en
             '<span class="el-legend-item el-muted" title="the end-of-sequence token, coloured by the decision that '
             f'accepted it">{safe(END_MARKER)}: the answer ended by itself</span>'
         )
-    return f'<div class="el-legend">{"".join(parts)}</div>'
+    return f'<div class="el-legend">{head}{"".join(parts)}</div>'
