@@ -10,6 +10,7 @@ import gradio as gr
 import visual
 from ensemble.capabilities import verifies_drafter
 from ensemble.models import DEFAULT_ENSEMBLE, DEFAULT_MODELS
+from ensemble.models.runtimes import runtime_label
 
 from . import png
 from .controls import engine_controls
@@ -212,7 +213,8 @@ def build_run_tab(model_choices: list[str], runtimes: list[str] = ("auto",), run
                 model_box.render()
                 drafter = gr.Dropdown(first_models, value=first_models[0], label="SAFE drafter", elem_id="drafter")  # SAFE only
             with gr.Accordion("Engine settings", open=False):
-                runtime_radio = gr.Radio(list(runtimes), value=runtime, label="Runtime", info=RUNTIME_INFO, elem_id="runtime")
+                runtime_radio = gr.Radio([(runtime_label(r), r) for r in runtimes], value=runtime, label="Runtime",
+                                         info=RUNTIME_INFO, elem_id="runtime")
                 controls = engine_controls()
         with gr.Column(scale=3, min_width=300, elem_id="run-output"):
             status = gr.HTML(elem_id="status", js_on_load=STATUS_JS)  # HTML built by visual.status_html: Markdown would fetch ![x](url)

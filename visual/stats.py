@@ -86,7 +86,7 @@ def stats_html(trace: RunTrace) -> str:
     et = rd.number(s.et_ratio)
     kpis = [
         _kpi("tokens", _fmt(s.generated_tokens, 0), "generated tokens; an answer that ended by itself counts its end-of-sequence token"),
-        _kpi("E/T", safe(et_text(et, trace.method, s.rounds)), "ensemble steps per generated token"),
+        _kpi("ensembled (E/T)", safe(et_text(et, trace.method, s.rounds)), "E/T: ensemble steps per generated token"),
         _kpi("latency", _fmt(s.latency_s, 2, " s")),
         _kpi("tokens/s", _fmt(s.tokens_per_s, 2)),
         _kpi("first token", _fmt(s.first_token_s, 2, " s")),

@@ -20,7 +20,7 @@ DECISION_STYLE: dict[str, tuple[str, str, str, str]] = {
     "ensembled_kept": ("#009E73", "solid", "ensembled, draft kept", "the models disagreed, were fused, and the fused choice is the draft token"),
     "ensembled_replaced": ("#D55E00", "double", "ensembled, draft replaced", "the models disagreed and the fused choice replaced the draft token"),
     "fused": ("#CC79A7", "solid", "fused (every token)", "every-token fusion (UniTE / GaC) chose this token"),
-    "gated": ("#0072B2", "dotted", "GaC gate: primary confident", "the main model's top probability is at or above GaC's gate: no fusion"),
+    "gated": ("#0072B2", "dotted", "main model sure: no vote (GaC gate)", "the main model's top probability is at or above GaC's gate: no fusion"),
     "segment": ("#999999", "solid", "SpecEM segment", "part of the winning segment of a round"),
 }
 DECISION_LABELS = {d: style[2] for d, style in DECISION_STYLE.items()}

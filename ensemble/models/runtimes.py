@@ -14,6 +14,13 @@ from .catalogue import ModelSpec
 
 RUNTIMES = ("auto", "transformers", "llamacpp")
 RUNTIME_ENV = "ENSEMBLE_LENS_RUNTIME"
+RUNTIME_LABELS = {"auto": "automatic", "transformers": "transformers", "llamacpp": "llama.cpp"}
+"""Each runtime's name for people (the app's runtime choices and status lines); the setting keeps the names above."""
+
+
+def runtime_label(name: str) -> str:
+    """A runtime's name for people: ``llama.cpp`` for ``llamacpp``; an unknown name as it is."""
+    return RUNTIME_LABELS.get(name, name)
 
 
 def split_runtime(name: str) -> tuple[str, str | None]:
