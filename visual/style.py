@@ -92,7 +92,12 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
 .el-tok { white-space: pre-wrap; border-radius: 3px; padding: 1px 0; cursor: pointer;
   box-shadow: inset -1px 0 0 var(--el-sep);
   -webkit-box-decoration-break: clone; box-decoration-break: clone; }
-.el-tok:hover, .el-tok.selected, .el-tok.el-selected { outline: 2px solid currentColor; outline-offset: 0; }
+/* Hover and selection read apart, and neither covers a glyph: hover darkens the token's tint (no line); the selected
+   token gets room of its own (4px margins) and its ring is drawn there, 1px off its box, never over its first or last
+   letter nor over a neighbour's (a ring at offset 0 covered 2px of the letters on each side). */
+.el-tok:hover:not(.el-selected):not(.selected) {  /* (weighs more than a decision's background shorthand) */
+  background-image: linear-gradient(rgba(128, 128, 128, 0.3), rgba(128, 128, 128, 0.3)); }
+.el-tok.selected, .el-tok.el-selected { outline: 2px solid currentColor; outline-offset: 1px; margin: 0 4px; }
 .el-tok.round-start { box-shadow: inset -1px 0 0 var(--el-sep), inset 2px 0 0 var(--el-line); }
 .el-tok.zw { font-size: 0.7em; vertical-align: super; padding: 0 1px; opacity: 0.85; }
 .el-tok.eos { vertical-align: baseline; white-space: nowrap; padding: 0 5px; margin-left: 4px; border-radius: 8px;
