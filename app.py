@@ -69,9 +69,9 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
                 yield updates(run, view)
 
     run_outputs = outputs(run, RunView)
-    run.run_button.click(on_run, inputs=inputs, outputs=run_outputs, concurrency_limit=config.RUN_CONCURRENCY,
-                         concurrency_id="engine", api_name="run_stream", api_visibility="private")  # scripts/app_latency.py
-    run.prompt.submit(on_run, inputs=inputs, outputs=run_outputs, concurrency_id="engine", api_visibility="private")
+    clicked = run.run_button.click(on_run, inputs=inputs, outputs=run_outputs, concurrency_limit=config.RUN_CONCURRENCY,
+                                   concurrency_id="engine", api_name="run_stream", api_visibility="private")  # scripts/app_latency.py
+    submitted = run.prompt.submit(on_run, inputs=inputs, outputs=run_outputs, concurrency_id="engine", api_visibility="private")
     for starts in (run.run_button.click, run.prompt.submit):  # the last run's inspector goes with its strip
         starts(lambda: updates(run, replay.cleared_inspector()), outputs=outputs(run, InspectView), queue=False,
                api_visibility="private")
@@ -93,7 +93,6 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
     run.model_box.change(tabs.update_drafter, inputs=[run.model_box], outputs=[run.drafter], api_visibility="private")
     run.method.change(tabs.drafter_visibility, inputs=[run.method], outputs=[run.drafter],
                       api_visibility="private")  # the drafter box is SAFE's
-    run.examples.click(lambda: gr.update(open=False), outputs=[run.examples_box], api_visibility="private")
     for starts in (run.run_button.click, run.prompt.submit):
         starts(None, js=tabs.SCROLL_TO_STRIP_JS)
 
@@ -102,16 +101,18 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
             for view in running.fork_selected(method, runtime, request):
                 yield updates(run, view)
 
-    run.fork_button.click(on_fork, inputs=[run.fork_method, run.runtime], outputs=outputs(run, ForkView),
-                          concurrency_id="engine", api_visibility="private")
+    forked = run.fork_button.click(on_fork, inputs=[run.fork_method, run.runtime], outputs=outputs(run, ForkView),
+                                   concurrency_id="engine", api_visibility="private")
 
     def on_whatif(runtime, request: gr.Request, evt: gr.EventData):
         with running.busy(request):
             for view in running.fork_selected(None, runtime, request, getattr(evt, "key", None)):
                 yield updates(run, view)
 
-    run.whatif.click(on_whatif, inputs=[run.runtime], outputs=outputs(run, ForkView), concurrency_id="engine",
-                     api_visibility="private")
+    what_if = run.whatif.click(on_whatif, inputs=[run.runtime], outputs=outputs(run, ForkView), concurrency_id="engine",
+                               api_visibility="private")
+    wire_stop(run.stop_button, [(run.run_button.click, clicked), (run.prompt.submit, submitted),
+                                (run.fork_button.click, forked), (run.whatif.click, what_if)])
 
     def on_upload(file, request: gr.Request):
         view, session = replay.import_trace(file, request), config.session(request)
@@ -126,6 +127,14 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
     trace.upload.upload(on_upload, inputs=[trace.upload],
                         outputs=[*run_outputs, *outputs(run, InspectView), trace.trace_status, *replay.form_components(run)],
                         api_visibility="private")
+
+
+def wire_stop(stop: gr.Button, streams: list) -> None:
+    """Stop is active (red) only while something of the session streams: each ``(trigger, event)`` of ``streams``
+    turns it on at once when triggered and off when its event ends (``ui.running.stop_idle``)."""
+    for trigger, event in streams:
+        trigger(lambda: running.stop_button(True), outputs=[stop], queue=False, api_visibility="private")
+        event.then(running.stop_idle, outputs=[stop], queue=False, api_visibility="private")
 
 
 def wire_other_tabs(opened, run: tabs.RunTab, tok: tabs.TokenizerTab, cmp: tabs.CompareTab, trace: tabs.TraceTab,
@@ -152,9 +161,10 @@ def wire_other_tabs(opened, run: tabs.RunTab, tok: tabs.TokenizerTab, cmp: tabs.
             for view in comparing.compare_stream(prompt, methods, model_names, max_new_tokens, request, progress, chosen, drafter):
                 yield updates(cmp, view)
 
-    cmp.cmp_button.click(on_compare, inputs=[cmp.cmp_prompt, cmp.cmp_methods, cmp.cmp_models, cmp.cmp_tokens, run.drafter,
-                                             *run.controls.values()],
-                         outputs=outputs(cmp, CompareView), concurrency_id="engine", api_visibility="private")
+    compared = cmp.cmp_button.click(on_compare, inputs=[cmp.cmp_prompt, cmp.cmp_methods, cmp.cmp_models, cmp.cmp_tokens,
+                                                        run.drafter, *run.controls.values()],
+                                    outputs=outputs(cmp, CompareView), concurrency_id="engine", api_visibility="private")
+    wire_stop(cmp.cmp_stop, [(cmp.cmp_button.click, compared)])
     def on_compare_click(request: gr.Request, evt: gr.EventData):
         html = if_newest(config.SESSIONS, config.session_key(request), "compare", evt,
                          lambda: (comparing.inspect_compared(request, evt), {}))

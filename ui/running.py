@@ -152,6 +152,17 @@ def busy(request: gr.Request | None):
         session.busy -= 1
 
 
+def stop_button(active: bool) -> gr.Button:
+    """Stop as it should read: red and clickable while a run, fork or comparison of this session streams; grey and
+    disabled otherwise (it looked the same either way)."""
+    return gr.Button(interactive=active, variant="stop" if active else "secondary")
+
+
+def stop_idle(request: gr.Request):
+    """Stop turned off once a run ends, unless another run of this session still streams."""
+    return gr.skip() if config.session(request).busy else stop_button(False)
+
+
 def stop_run(request: gr.Request):
     session = config.session(request)
     if not session.busy:
