@@ -69,6 +69,7 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
                 yield updates(run, view)
 
     run_outputs = outputs(run, RunView)
+    stop_on(run.stop_button, [run.run_button.click, run.prompt.submit, run.fork_button.click, run.whatif.click])
     clicked = run.run_button.click(on_run, inputs=inputs, outputs=run_outputs, concurrency_limit=config.RUN_CONCURRENCY,
                                    concurrency_id="engine", api_name="run_stream", api_visibility="private")  # scripts/app_latency.py
     submitted = run.prompt.submit(on_run, inputs=inputs, outputs=run_outputs, concurrency_id="engine", api_visibility="private")
@@ -111,8 +112,7 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
 
     what_if = run.whatif.click(on_whatif, inputs=[run.runtime], outputs=outputs(run, ForkView), concurrency_id="engine",
                                api_visibility="private")
-    wire_stop(run.stop_button, [(run.run_button.click, clicked), (run.prompt.submit, submitted),
-                                (run.fork_button.click, forked), (run.whatif.click, what_if)])
+    stop_off(run.stop_button, [clicked, submitted, forked, what_if])
 
     def on_upload(file, request: gr.Request):
         view, session = replay.import_trace(file, request), config.session(request)
@@ -129,11 +129,18 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
                         api_visibility="private")
 
 
-def wire_stop(stop: gr.Button, streams: list) -> None:
-    """Stop is active (red) only while something of the session streams: each ``(trigger, event)`` of ``streams``
-    turns it on at once when triggered and off when its event ends (``ui.running.stop_idle``)."""
-    for trigger, event in streams:
+def stop_on(stop: gr.Button, triggers: list) -> None:
+    """Stop turns active (red) at once when one of ``triggers`` starts something that streams. Registered before the
+    streaming listener of the same trigger: Gradio runs a trigger's listeners in the order they were added, and one
+    added after a streaming listener waits until that stream ends."""
+    for trigger in triggers:
         trigger(lambda: running.stop_button(True), outputs=[stop], queue=False, api_visibility="private")
+
+
+def stop_off(stop: gr.Button, events: list) -> None:
+    """Stop turns inactive (grey, disabled) when one of ``events`` ends, unless another of the session's still streams
+    (``ui.running.stop_idle``)."""
+    for event in events:
         event.then(running.stop_idle, outputs=[stop], queue=False, api_visibility="private")
 
 
@@ -161,10 +168,11 @@ def wire_other_tabs(opened, run: tabs.RunTab, tok: tabs.TokenizerTab, cmp: tabs.
             for view in comparing.compare_stream(prompt, methods, model_names, max_new_tokens, request, progress, chosen, drafter):
                 yield updates(cmp, view)
 
+    stop_on(cmp.cmp_stop, [cmp.cmp_button.click])
     compared = cmp.cmp_button.click(on_compare, inputs=[cmp.cmp_prompt, cmp.cmp_methods, cmp.cmp_models, cmp.cmp_tokens,
                                                         run.drafter, *run.controls.values()],
                                     outputs=outputs(cmp, CompareView), concurrency_id="engine", api_visibility="private")
-    wire_stop(cmp.cmp_stop, [(cmp.cmp_button.click, compared)])
+    stop_off(cmp.cmp_stop, [compared])
     def on_compare_click(request: gr.Request, evt: gr.EventData):
         html = if_newest(config.SESSIONS, config.session_key(request), "compare", evt,
                          lambda: (comparing.inspect_compared(request, evt), {}))
