@@ -217,6 +217,11 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
 .el-whatif-key { font-family: var(--el-mono); white-space: pre; border: 1px solid var(--el-line); border-radius: 4px;
   padding: 2px 8px; min-height: 32px; cursor: pointer; background: var(--el-faint); }
 .el-whatif-key:hover, .el-whatif-key:focus-visible { outline: 2px solid currentColor; }
+/* Stop reads as off (faint, disabled) while nothing streams and as on (a solid red, not a decision colour) while a
+   run, fork or comparison streams: the theme's stop variant is a pale grey either way. */
+#stop-button:disabled, #cmp-stop:disabled { opacity: 0.45; cursor: not-allowed; }
+#stop-button:not(:disabled), #cmp-stop:not(:disabled) { background: #B4232A !important; color: #fff !important;
+  border-color: #B4232A !important; }
 """
 """Layout of every view; the decision and model colour rules are generated after it."""
 
