@@ -78,13 +78,11 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
                 cleared = {}
 
     run_outputs = outputs(run, RunView)
-    streamed = [*run_outputs, *outputs(run, InspectView)]
-    run.run_button.click(on_run, inputs=inputs, outputs=streamed, concurrency_limit=config.RUN_CONCURRENCY,
-                         concurrency_id="engine", api_name="run_stream", api_visibility="private")  # scripts/app_latency.py
-    run.prompt.submit(on_run, inputs=inputs, outputs=streamed, concurrency_id="engine", api_visibility="private")
-    for starts in (run.run_button.click, run.prompt.submit):  # the last run's inspector goes with its strip
-        starts(lambda: updates(run, replay.cleared_inspector()), outputs=outputs(run, InspectView), queue=False,
-               api_visibility="private")
+    streamed = [*run_outputs, *outputs(run, InspectView)]  # on_run's first view clears the last run's inspector
+    stop_on(run.stop_button, [run.run_button.click, run.prompt.submit, run.fork_button.click, run.whatif.click])
+    clicked = run.run_button.click(on_run, inputs=inputs, outputs=streamed, concurrency_limit=config.RUN_CONCURRENCY,
+                                   concurrency_id="engine", api_name="run_stream", api_visibility="private")  # scripts/app_latency.py
+    submitted = run.prompt.submit(on_run, inputs=inputs, outputs=streamed, concurrency_id="engine", api_visibility="private")
     # Stop sets the session's flag (outside the queue, so it runs at once); the engine checks it before every
     # forward pass and ends the run cleanly, so the partial trace stays complete and the worker is free.
     run.stop_button.click(running.stop_run_at, inputs=[run.strip_count], outputs=[run.status], queue=False, js=tabs.STRIP_COUNT_JS,
@@ -103,7 +101,6 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
     run.model_box.change(tabs.update_drafter, inputs=[run.model_box], outputs=[run.drafter], api_visibility="private")
     run.method.change(tabs.drafter_visibility, inputs=[run.method], outputs=[run.drafter],
                       api_visibility="private")  # the drafter box is SAFE's
-    run.examples.click(lambda: gr.update(open=False), outputs=[run.examples_box], api_visibility="private")
     for starts in (run.run_button.click, run.prompt.submit):
         starts(None, js=tabs.SCROLL_TO_STRIP_JS)
 
@@ -112,18 +109,20 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
             for view in running.fork_selected(method, runtime, request):
                 yield updates(run, view)
 
-    run.fork_button.click(on_fork, inputs=[run.fork_method, run.runtime], outputs=outputs(run, ForkView),
-                          concurrency_id="engine", api_visibility="private")
+    # a previous fork's comparison goes at the click: registered before the streaming listener, which a later
+    # listener of the same trigger would wait for (see stop_on)
+    run.fork_button.click(lambda: "", outputs=[run.fork_view], queue=False, api_visibility="private")
+    forked = run.fork_button.click(on_fork, inputs=[run.fork_method, run.runtime], outputs=outputs(run, ForkView),
+                                   concurrency_id="engine", api_visibility="private")
 
     def on_whatif(runtime, request: gr.Request, evt: gr.EventData):
         with running.busy(request):
             for view in running.fork_selected(None, runtime, request, getattr(evt, "key", None)):
                 yield updates(run, view)
 
-    run.whatif.click(on_whatif, inputs=[run.runtime], outputs=outputs(run, ForkView), concurrency_id="engine",
-                     api_visibility="private")
-    for starts in (run.fork_button.click, run.whatif.click):  # a previous fork's comparison goes at the click
-        starts(lambda: "", outputs=[run.fork_view], queue=False, api_visibility="private")
+    what_if = run.whatif.click(on_whatif, inputs=[run.runtime], outputs=outputs(run, ForkView), concurrency_id="engine",
+                               api_visibility="private")
+    stop_off(run.stop_button, [clicked, submitted, forked, what_if])
 
     def on_upload(file, request: gr.Request):
         view, session = replay.import_trace(file, request), config.session(request)
@@ -138,6 +137,21 @@ def wire_run_tab(run: tabs.RunTab, trace: tabs.TraceTab) -> None:
     trace.upload.upload(on_upload, inputs=[trace.upload],
                         outputs=[*run_outputs, *outputs(run, InspectView), trace.trace_status, *replay.form_components(run)],
                         api_visibility="private")
+
+
+def stop_on(stop: gr.Button, triggers: list) -> None:
+    """Stop turns active (red) at once when one of ``triggers`` starts something that streams. Registered before the
+    streaming listener of the same trigger: Gradio runs a trigger's listeners in the order they were added, and one
+    added after a streaming listener waits until that stream ends."""
+    for trigger in triggers:
+        trigger(lambda: running.stop_button(True), outputs=[stop], queue=False, api_visibility="private")
+
+
+def stop_off(stop: gr.Button, events: list) -> None:
+    """Stop turns inactive (grey, disabled) when one of ``events`` ends, unless another of the session's still streams
+    (``ui.running.stop_idle``)."""
+    for event in events:
+        event.then(running.stop_idle, outputs=[stop], queue=False, api_visibility="private")
 
 
 def wire_other_tabs(opened, run: tabs.RunTab, tok: tabs.TokenizerTab, cmp: tabs.CompareTab, trace: tabs.TraceTab,
@@ -164,11 +178,13 @@ def wire_other_tabs(opened, run: tabs.RunTab, tok: tabs.TokenizerTab, cmp: tabs.
             for view in comparing.compare_stream(prompt, methods, model_names, max_new_tokens, request, progress, chosen, drafter):
                 yield updates(cmp, view)
 
-    cmp.cmp_button.click(on_compare, inputs=[cmp.cmp_prompt, cmp.cmp_methods, cmp.cmp_models, cmp.cmp_tokens, run.drafter,
-                                             *run.controls.values()],
-                         outputs=outputs(cmp, CompareView), concurrency_id="engine", api_visibility="private")
-    # the explanation of a token of the previous comparison goes with its cards, at the click
+    stop_on(cmp.cmp_stop, [cmp.cmp_button.click])
+    # the explanation of a token of the previous comparison goes with its cards, at the click (before the stream)
     cmp.cmp_button.click(lambda: tabs.COMPARE_HINT, outputs=[cmp.cmp_inspect], queue=False, api_visibility="private")
+    compared = cmp.cmp_button.click(on_compare, inputs=[cmp.cmp_prompt, cmp.cmp_methods, cmp.cmp_models, cmp.cmp_tokens,
+                                                        run.drafter, *run.controls.values()],
+                                    outputs=outputs(cmp, CompareView), concurrency_id="engine", api_visibility="private")
+    stop_off(cmp.cmp_stop, [compared])
     def on_compare_click(request: gr.Request, evt: gr.EventData):
         html = if_newest(config.SESSIONS, config.session_key(request), "compare", evt,
                          lambda: (comparing.inspect_compared(request, evt), {}))

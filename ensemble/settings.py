@@ -152,7 +152,7 @@ class Settings:
     sharpen: str | None = setting(None, kind="choice", choices=SHARPENING, help="default: heuristic for safe, none for unite/gac",
                                   label="Sharpening", widget="radio", none_as="auto")
     sharpen_lambda: float = setting(0.1, kind="float", lo=0.0, hi=1.0, flag="--lambda", help="heuristic sharpening threshold",
-                                    label="Heuristic λ", widget="slider", step=0.01)
+                                    label="Sharpening threshold (heuristic λ)", widget="slider", step=0.01)
     sharpen_scope: str = setting("guarded", kind="choice", choices=SHARPEN_SCOPES,
                                  help="which keys heuristic sharpening lets absorb: guarded (the drafter's top 10, "
                                  "a whitespace-only key only whitespace; default, the released code's) | vocabulary",
@@ -161,9 +161,10 @@ class Settings:
         GAC_GATE, kind="gate", lo=0.0, hi=1.0, metavar="P|none",
         help="GaC (and SAFE with --fusion gac): fuse only when the main model's top probability is below P"
         " (default %(default)s, the paper's; none = fuse every time)",
-        label="GaC gate (paper: 0.5; 0 = off)", widget="slider", step=0.05, none_as=0)
+        label="No vote when the main model is this sure (GaC gate; paper: 0.5; 0 = off)", widget="slider", step=0.05,
+        none_as=0)
     drafter: str | None = setting(None, kind="model", help="SAFE drafter (default: the first model)")
-    lookahead: int = setting(5, kind="int", lo=1, hi=64, help="SAFE draft length n (default 5)", label="SAFE lookahead n",
+    lookahead: int = setting(5, kind="int", lo=1, hi=64, help="SAFE draft length n (default 5)", label="SAFE draft length (lookahead n)",
                              widget="slider")
     fusion: str = setting("unite", kind="choice", choices=FUSIONS, help="SAFE fusion: unite | gac", label="SAFE fusion",
                           widget="radio")
@@ -177,7 +178,7 @@ class Settings:
     segment_len: int = setting(10, kind="int", lo=1, hi=256, help="SpecEM segment length (default 10)",
                                label="SpecEM segment length", widget="slider")
     eta: float = setting(4.0, kind="float", lo=0.0, hi=100.0, help="SpecEM Hedge step eta0 (default %(default)s; 0 = no feedback)",
-                         label="SpecEM η (0 = no feedback)", widget="slider", step=0.05)
+                         label="SpecEM: how fast weights follow the votes (η; 0 = off)", widget="slider", step=0.05)
     scoring: str = setting("logprob", kind="choice", choices=SCORINGS, help="SpecEM scoring: logprob | logit",
                            label="SpecEM scoring", widget="radio")
     sample_drafts: bool = setting(False, kind="flag", label="SpecEM: sample drafts (T 0.6, top-p 0.9)", widget="checkbox",

@@ -180,7 +180,7 @@ def _press_run(page) -> tuple[float, int, float, float]:
     first = time.perf_counter() - started
     page.wait_for_function("() => /Done|Stopped|rror/.test(document.querySelector('#status')?.innerText || '')")
     status = page.locator("#status").inner_text()
-    done = re.search(r"Done: (\d+) tokens, E/T [\d.]+%, ([\d.]+) s, ([\d.]+) tokens/s", status)
+    done = re.search(r"Done: ensembled \d+ of (\d+) tokens? \(E/T [\d.]+%\), ([\d.]+) s, ([\d.]+) tokens/s", status)
     assert done, status
     return first, int(done.group(1)), float(done.group(2)), float(done.group(3))
 

@@ -20,7 +20,7 @@ from ensemble.errors import EnsembleError
 from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
 from ensemble.preflight import preflight
 from ensemble.trace import RunTrace
-from ensemble.trace.readable import et_text
+from ensemble.trace.readable import STOP_WORDS, ensembled_text
 from ui import config
 from ui.controls import settings_from_controls
 from ui.forking import fork_stream
@@ -130,10 +130,9 @@ def stream_tokens(events, view: RunView, running: str, pending: Pending, cancel)
 
 def done_message(trace: RunTrace) -> str:
     s = trace.stats
-    done = (
-        f"Done: {s.generated_tokens} tokens, E/T {et_text(s.et_ratio, trace.method, s.rounds)}, {s.latency_s:.1f} s, "
-        f"{s.tokens_per_s:.2f} tokens/s "
-        f"(stop: {s.stop_reason}). Click any token to see why."
+    done = (  # plain words first; E/T (the papers' measure) only as the detail in brackets
+        f"Done: {ensembled_text(s, trace.method)}, {s.latency_s:.1f} s, {s.tokens_per_s:.2f} tokens/s; "
+        f"stop: {STOP_WORDS.get(s.stop_reason, s.stop_reason)}. Click any token to see why."
     )
     if s.stop_reason == "cancelled":
         done = f"Stopped after {s.generated_tokens} tokens ({s.latency_s:.1f} s). Click any token to see why."
@@ -151,6 +150,17 @@ def busy(request: gr.Request | None):
         yield
     finally:
         session.busy -= 1
+
+
+def stop_button(active: bool) -> gr.Button:
+    """Stop as it should read: red and clickable while a run, fork or comparison of this session streams; grey and
+    disabled otherwise (it looked the same either way)."""
+    return gr.Button(interactive=active, variant="stop" if active else "secondary")
+
+
+def stop_idle(request: gr.Request):
+    """Stop turned off once a run ends, unless another run of this session still streams."""
+    return gr.skip() if config.session(request).busy else stop_button(False)
 
 
 def stop_run(request: gr.Request):

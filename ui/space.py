@@ -12,8 +12,9 @@ import importlib.util
 import os
 from collections.abc import Callable, Iterable, Mapping
 
+from ensemble.capabilities import capabilities
 from ensemble.models import resolve
-from ensemble.models.runtimes import pick_runtime, split_runtime
+from ensemble.models.runtimes import pick_runtime, runtime_label, split_runtime
 
 
 def usable(names: Iterable[str], unavailable: Mapping[str, str]) -> list[str]:
@@ -39,9 +40,12 @@ def first_view_status(method: str, models: list[str], recorded: str, runtime: st
                       unavailable: Mapping[str, str]) -> str:
     """The first view's label: a recording, and the runtime a live run here uses (not the one it was recorded
     with: a Space without llama.cpp runs transformers); the models this server could not load, and why."""
-    here = runtimes_here(models, runtime, device)
-    text = (f"A recorded run, not a live one: {method} on {', '.join(models)}, recorded {recorded[:10]}. Click any token "
-            f"to see why; press Run to run it live here ({', '.join(here) or runtime}).")
+    here = [runtime_label(r) for r in runtimes_here(models, runtime, device)] or [runtime_label(runtime)]
+    caps = capabilities(method)
+    name = caps.label if caps else method
+    text = (f"A recorded run, not a live one: {name} on {', '.join(models)}, recorded {recorded[:10]}. Click any token "
+            f"to see why; press Run to run it live here (on the {' and '.join(here)} "
+            f"runtime{'s' if len(here) > 1 else ''}).")
     for name, why in unavailable.items():
         text += f" Not available on this server: {name}. {why}"
     return text

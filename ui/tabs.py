@@ -10,6 +10,7 @@ import gradio as gr
 import visual
 from ensemble.capabilities import verifies_drafter
 from ensemble.models import DEFAULT_ENSEMBLE, DEFAULT_MODELS
+from ensemble.models.runtimes import runtime_label
 
 from . import png
 from .controls import engine_controls
@@ -201,7 +202,7 @@ def build_run_tab(model_choices: list[str], runtimes: list[str] = ("auto",), run
                                 value=first_prompt)
             with gr.Row():
                 run_button = gr.Button("Run", variant="primary", elem_id="run-button", scale=2)
-                stop_button = gr.Button("Stop", variant="stop", elem_id="stop-button", scale=1)
+                stop_button = gr.Button("Stop", variant="secondary", elem_id="stop-button", scale=1, interactive=False)
                 strip_count = gr.Number(value=0, visible=False, precision=0, elem_id="strip-count")
                 link_button = gr.Button("🔗 Copy link", elem_id="link-button", scale=1, min_width=130)
             link_box = gr.Textbox(label="Link to this prompt, method, models, settings and token (copied)", visible=False,
@@ -214,7 +215,8 @@ def build_run_tab(model_choices: list[str], runtimes: list[str] = ("auto",), run
                 model_box.render()
                 drafter = gr.Dropdown(first_models, value=first_models[0], label="SAFE drafter", elem_id="drafter")  # SAFE only
             with gr.Accordion("Engine settings", open=False):
-                runtime_radio = gr.Radio(list(runtimes), value=runtime, label="Runtime", info=RUNTIME_INFO, elem_id="runtime")
+                runtime_radio = gr.Radio([(runtime_label(r), r) for r in runtimes], value=runtime, label="Runtime",
+                                         info=RUNTIME_INFO, elem_id="runtime")
                 controls = engine_controls()
         with gr.Column(scale=3, min_width=300, elem_id="run-output"):
             status = gr.HTML(elem_id="status", js_on_load=STATUS_JS)  # HTML built by visual.status_html: Markdown would fetch ![x](url)
@@ -331,7 +333,7 @@ def build_compare_tab(model_choices: list[str], default_models: list[str]) -> Co
             cmp_tokens = gr.Slider(8, 512, value=64, step=4, label="Max new tokens", elem_id="cmp-tokens")
             with gr.Row():
                 cmp_button = gr.Button("Compare", variant="primary", elem_id="cmp-button")
-                cmp_stop = gr.Button("Stop", variant="stop", elem_id="cmp-stop")
+                cmp_stop = gr.Button("Stop", variant="secondary", elem_id="cmp-stop", interactive=False)
     gr.Markdown("Uses the Run tab's engine settings and SAFE drafter, with this tab's token budget.", elem_classes=["el-muted"])
     cmp_status = gr.HTML(elem_id="cmp-status")
     cmp_view = gr.HTML(elem_id="cmp-view", js_on_load=COMPARE_JS)

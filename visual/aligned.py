@@ -62,6 +62,7 @@ def grid_html(
     mark: int | None = None,
     axis_label: str = "text",
     block_chars: int | None = BLOCK_CHARS,
+    struck: tuple[int, int] | None = None,
 ) -> str:
     """Render ``rows`` over ``text[lo:hi]`` (offsets are into ``text``).
 
@@ -69,6 +70,7 @@ def grid_html(
         mark: an offset to draw as the decision point (a solid line across all rows).
         block_chars: wrap into blocks at most this wide (characters, plus :data:`GUTTER_CHARS` per segment), unless
             one token is wider (None: one block).
+        struck: offsets ``[a, b)`` of the text drawn struck through (a draft that was discarded).
     """
     rows = [Row(r.name, [b for b in r.boxes if lo <= b.start < b.end <= hi], r.title, r.gap_title) for r in rows]
     inside = _inside(rows)
@@ -98,18 +100,21 @@ def grid_html(
     blocks.append((start, hi))
     html = []
     for a, b in blocks:
-        html.append(_block(text, a, b, [c for c in cuts if a <= c <= b], rows, inside, edges, show_whitespace, mark, axis_label))
+        html.append(_block(text, a, b, [c for c in cuts if a <= c <= b], rows, inside, edges, show_whitespace, mark, axis_label,
+                           struck))
         if b < hi and text[b - 1 : b] == "\n":
             html.append('<span class="el-grid-break"></span>')  # the text's own line break starts a new line of blocks
     return f'<div class="el-grid-wrap">{"".join(html)}</div>'
 
 
-def _block(text, lo, hi, cuts, rows, inside, edges, show_whitespace, mark, axis_label) -> str:
+def _block(text, lo, hi, cuts, rows, inside, edges, show_whitespace, mark, axis_label, struck=None) -> str:
     column = {c: i + 2 for i, c in enumerate(cuts)}  # grid line where the segment starting at c begins
     n_rows = len(rows) + 1
     out = [f'<span class="el-grid-label" style="grid-row: 1">{safe(axis_label)}</span>']
     for c, d in pairwise(cuts):
-        out.append(f'<span class="el-axis" style="grid-row: 1; grid-column: {column[c]}">{_cell(text[c:d], show_whitespace)}</span>')
+        gone = struck is not None and struck[0] <= c and d <= struck[1]
+        extra = ' struck" title="draft the models checked here; it was discarded' if gone else ""
+        out.append(f'<span class="el-axis{extra}" style="grid-row: 1; grid-column: {column[c]}">{_cell(text[c:d], show_whitespace)}</span>')
     for r, row in enumerate(rows, start=2):
         out.append(f'<span class="el-grid-label" style="grid-row: {r}" title="{safe(row.title)}">{safe(row.name)}</span>')
         covered = []

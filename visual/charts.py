@@ -23,6 +23,8 @@ DRAFT = "rgba(110, 110, 110, 0.55)"
 OTHER = "rgba(140, 140, 140, 0.3)"
 DRAFT_PATTERN = "/"
 GRID = "rgba(128, 128, 128, 0.25)"
+LABEL = "#7f7f7f"  # a bar's value label
+ABSENT = "rgba(127, 127, 127, 0.6)"  # "not in its top k": faint italic words (beside unlabelled short bars it read as 0%)
 _VISIBLE = str.maketrans({" ": "·", "\t": "→", "\n": "↵", "\r": "␍"})
 MAX_LABEL = 40
 
@@ -89,6 +91,11 @@ def _colour(key: str, chosen: str | None, draft: str | None) -> str:
     return OTHER
 
 
+def _percent(p) -> str:
+    value = rd.number(p)
+    return "" if value is None else ("<1%" if 0 < value < 0.005 else f"{value:.0%}")
+
+
 def _marks(key: str, chosen: str | None, draft: str | None, chosen_name: str = "chosen") -> str:
     tags = []
     if key == chosen:
@@ -132,7 +139,8 @@ def _aligned_keys(per_model: dict[str, list[tuple[str, float]]], marked: set) ->
 def topk_figure(trace: RunTrace, index) -> go.Figure | None:
     """Each model's top-k at token ``index`` as horizontal bars, one panel per model stacked in one column (a
     phone's width holds it), every panel with the same keys in the same order, so a key the models rate
-    differently reads straight down; a key outside one model's top-k is labelled so. None without data.
+    differently reads straight down. Every bar is labelled with its value; a key outside one model's top-k has no bar
+    and a faint italic "not in its top k" instead. None without data.
 
     The bars come from the fusion's per-model top-k when the token was fused, else from SAFE's
     ``details.per_model_top`` (drafter and verifiers at the boundary), else from the record's own ``topk``
@@ -164,9 +172,10 @@ def topk_figure(trace: RunTrace, index) -> go.Figure | None:
         name = "chosen" if mine == chosen else "own next token"
         probs = dict(top)
         hover, text = [], []
+        absent = f"not in its top {len(top)}"
         for key in keys:
             rank = next((r for r, (k, _) in enumerate(top, start=1) if k == key), None)
-            where = f"rank {rank}" if rank else f"not in its top {len(top)}"
+            where = f"rank {rank}" if rank else absent
             rows = [("key", label(key)), ("model", f"{label(model)} ({where})"), ("p", prob(probs.get(key)))]
             if key in fused:
                 rows.append(("fused p", prob(fused[key])))
@@ -176,10 +185,14 @@ def topk_figure(trace: RunTrace, index) -> go.Figure | None:
             if mark := _marks(key, mine, draft, name):
                 rows.append(("marked", mark))
             hover.append(hover_table(rows))
-            text.append(_marks(key, mine, draft, name) if key in probs else f"not in its top {len(top)}")
+            mark = _marks(key, mine, draft, name)
+            if key in probs:  # every bar says its value, so a short bar is never taken for a missing one
+                text.append(" · ".join(t for t in (_percent(probs[key]), mark) if t))
+            else:
+                text.append(" · ".join(t for t in (absent, mark) if t))
         fig.add_trace(
             go.Bar(
-                x=[probs.get(k, 0.0) for k in keys],
+                x=[probs.get(k, 0.0) for k in keys],  # no bar (0 long) where the model gave no probability: text says so
                 y=names,
                 orientation="h",
                 name=label(model, glyphs=False),
@@ -187,6 +200,8 @@ def topk_figure(trace: RunTrace, index) -> go.Figure | None:
                 marker_pattern_shape=[DRAFT_PATTERN if draft is not None and k == draft and k != mine else "" for k in keys],
                 text=text,
                 textposition="outside",
+                textfont=dict(color=[LABEL if k in probs else ABSENT for k in keys],
+                              style=["normal" if k in probs else "italic" for k in keys]),
                 cliponaxis=False,
                 customdata=hover,
                 hovertemplate="%{customdata}<extra></extra>",

@@ -197,18 +197,21 @@ def _explain_consensus(record: TokenRecord, trace: RunTrace) -> list[str]:
 
 
 def _discarded(record: TokenRecord, trace: RunTrace) -> str:
-    """The whole draft of a replaced token's round and the part of it thrown away, and where to see what the
-    drafter alone would have written (a fork)."""
+    """The whole draft of a replaced token's round and the part of it thrown away."""
     rnd = trace.rounds[record.round] if isinstance(record.round, int) and 0 <= record.round < len(trace.rounds) else None
     cands = [c for c in (rnd.candidates if rnd is not None else []) if isinstance(c, dict)]
     text = rd.text(cands[0].get("text")) if cands else None
     if rnd is None or not text:
         return ""
     cut = max(0, min(len(text), record.start - int(rnd.start)))
-    return (f" The drafter's whole draft for this round was {_k(text)}; from this token on, {_k(text[cut:])} was "
-            f"discarded. To see what the drafter alone would have written from here, fork from this token with the "
-            f"drafter alone (in the app: What if?, under the inspector; on the command line: "
-            f"<code>fork --at {int(record.index)}</code>).")
+    return f" The drafter's whole draft for this round was {_k(text)}; from this token on, {_k(text[cut:])} was discarded."
+
+
+def _fork_hint(record: TokenRecord) -> str:
+    """Where to see what the drafter alone would have written from a replaced token: the app's words first, the
+    command line's after them (a detail for who uses it)."""
+    return ("To see what the drafter alone would have written from here, use What if? under the inspector: continue "
+            f"from this token with the drafter alone (on the command line: <code>fork --at {int(record.index)}</code>).")
 
 
 def _explain_ensembled(record: TokenRecord, trace: RunTrace) -> list[str]:
@@ -251,8 +254,9 @@ def _explain_ensembled(record: TokenRecord, trace: RunTrace) -> list[str]:
         if fusion.draft in rd.END_TEXTS:
             verdict += " (The drafter wanted to stop here; the ensemble went on.)"
     completion = _completion(record)
+    fork = _fork_hint(record) if record.decision == Decision.ENSEMBLED_REPLACED and not end else ""
     return [first, f"{why} {verdict}" + (f" {completion}" if completion else ""), _favourites(fusion.per_model),
-            _sharpening(fusion), _weights(fusion)]
+            _sharpening(fusion), _weights(fusion), fork]
 
 
 def _vocabulary(record: TokenRecord, trace: RunTrace, key: str, support: dict[str, float | None]) -> str:

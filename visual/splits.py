@@ -96,13 +96,20 @@ def _splits_view(trace: RunTrace, record: TokenRecord, splits: dict[str, list[tu
                 text[start:end] = list(piece[: end - start])
     axis = "".join(text)
     draft_shown = axis[lo:hi] != trace.text[lo:hi]
+    replaced = record.decision == Decision.ENSEMBLED_REPLACED and draft_shown
     response = [
         _group_box(g, record)
         for g in token_groups(trace.tokens)
         if lo <= g[0].start < g[0].end <= hi and trace.text[g[0].start : g[0].end] == axis[g[0].start : g[0].end]
+        and not (replaced and g[0].start >= mark)  # past the replacement the response is other text than the axis
     ]
-    replaced = record.decision == Decision.ENSEMBLED_REPLACED and draft_shown
-    gap = "replaced: the response goes on with the fused choice" if replaced else "not in the response here (draft that was not kept)"
+    struck = None
+    if replaced:
+        box = _replacement_box(trace, record, splits, mark, hi)
+        response.append(box)
+        struck = (mark, hi)
+    gap = ("discarded draft: it was replaced, and the response went on from the fused choice" if replaced
+           else "not in the response here (draft that was not kept)")
     rows = [Row("response", response, "the accepted tokens, coloured by decision", gap)]
     is_safe = record.decision in SAFE_DECISIONS
     drafter = rd.drafter_of(record, trace) if is_safe else None
@@ -120,8 +127,10 @@ def _splits_view(trace: RunTrace, record: TokenRecord, splits: dict[str, list[tu
         note = "Each model's own tokens around this boundary when SAFE checked it; the response row shows the accepted tokens, coloured by decision."
         if replaced:
             checked = axis[mark:hi]
-            instead = "the fused choice was to stop instead" if record.start == record.end else f"the fused choice {_code(record.text)} replaced it"
-            note += f" After the decision point the models checked the draft {_code(checked)} (the text row shows it); {instead}."
+            instead = ("the fused choice was to stop instead (the response row shows the end there)" if record.start == record.end
+                       else f"the fused choice {_code(record.text)} replaced it (the response row shows it in the draft's place)")
+            note += (f" After the decision point the models checked the draft {_code(checked)} (the text row shows it, struck "
+                     f"through: it was discarded); {instead}.")
         elif draft_shown:
             note += " Part of the text the models checked was draft that did not end up in the response; the text row shows that draft."
     else:
@@ -131,8 +140,22 @@ def _splits_view(trace: RunTrace, record: TokenRecord, splits: dict[str, list[tu
         )
     if rd.is_end(record, len(trace.text)):
         note += f" The answer ends at the decision point ({safe(END_MARKER)})."
-    body = grid_html(axis, lo, hi, rows, mark=mark if lo <= mark <= hi else None, block_chars=None)
+    body = grid_html(axis, lo, hi, rows, mark=mark if lo <= mark <= hi else None, block_chars=None, struck=struck)
     return f'<div class="el-tokenization"><p class="el-muted">{note}</p>{body}{key_html(with_decision=True)}</div>'
+
+
+def _replacement_box(trace: RunTrace, record: TokenRecord, splits: dict[str, list[tuple[str, int, int]]], mark: int,
+                     hi: int) -> Box:
+    """The replacing token in the response row, drawn in the place of the draft token it replaced: over the draft
+    key's columns from the decision point (the axis there holds the draft the models checked, struck through)."""
+    draft = record.fusion.draft if record.fusion is not None and isinstance(record.fusion.draft, str) else ""
+    edges = sorted({e for tokens in splits.values() for t in tokens for e in t[1:] if mark < e <= hi} | {hi})
+    want = mark + max(1, len(draft))
+    end = next((e for e in edges if e >= want), hi)
+    shown = safe(END_MARKER) if record.start == record.end else whitespace(record.text, True, breaks=False)
+    title = (f"#{record.index} {DECISION_LABELS[Decision.ENSEMBLED_REPLACED]} · {record.model}: "
+             f"{record.text!r} replaced the draft {draft!r}")
+    return Box(mark, end, title, f"{Decision.ENSEMBLED_REPLACED} el-current el-replacement", shown)
 
 
 def tokenization_html(trace: RunTrace, index) -> str:

@@ -91,7 +91,7 @@ def stats_html(trace: RunTrace, recorded: str | None = None) -> str:
     when = "as recorded, not measured now" if recorded is not None else ""
     kpis = [
         _kpi("tokens", _fmt(s.generated_tokens, 0), "generated tokens; an answer that ended by itself counts its end-of-sequence token"),
-        _kpi("E/T", safe(et_text(et, trace.method, s.rounds)), "ensemble steps per generated token"),
+        _kpi("ensembled (E/T)", safe(et_text(et, trace.method, s.rounds)), "E/T: ensemble steps per generated token"),
         _kpi(f"{timed}latency", _fmt(s.latency_s, 2, " s"), when),
         _kpi(f"{timed}tokens/s", _fmt(s.tokens_per_s, 2), when),
         _kpi(f"{timed}first token", _fmt(s.first_token_s, 2, " s"), when),

@@ -20,7 +20,7 @@ DECISION_STYLE: dict[str, tuple[str, str, str, str]] = {
     "ensembled_kept": ("#009E73", "solid", "ensembled, draft kept", "the models disagreed, were fused, and the fused choice is the draft token"),
     "ensembled_replaced": ("#D55E00", "double", "ensembled, draft replaced", "the models disagreed and the fused choice replaced the draft token"),
     "fused": ("#CC79A7", "solid", "fused (every token)", "every-token fusion (UniTE / GaC) chose this token"),
-    "gated": ("#0072B2", "dotted", "GaC gate: primary confident", "the main model's top probability is at or above GaC's gate: no fusion"),
+    "gated": ("#0072B2", "dotted", "main model sure: no vote (GaC gate)", "the main model's top probability is at or above GaC's gate: no fusion"),
     "segment": ("#999999", "solid", "SpecEM segment", "part of the winning segment of a round"),
 }
 DECISION_LABELS = {d: style[2] for d, style in DECISION_STYLE.items()}
@@ -34,9 +34,13 @@ CONSENSUS_KINDS: dict[str, tuple[str, str, str]] = {
 }
 END_MARKER = "⏹ end"  # how the strip draws the end-of-sequence record
 
-# One colour per model for SpecEM (classes model-0, model-1, ... in the order of trace.models).
-MODEL_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#999999")
-MODEL_CLASSES = 16  # CSS exists for model-0 .. model-15; colours repeat with another underline after 8
+# One colour per model for SpecEM's winning segments and the weights chart (classes model-0, model-1, ... in the
+# order of trace.models): a palette of its own, apart from every decision colour above ("a colour means one thing";
+# smollm2 in the blocked colour read as blocked). Picked for the distance (CIE Lab) of their tints, on light and
+# dark backgrounds, from each decision's tint and from each other (tests/visual/test_style.py measures it).
+MODEL_COLOURS = ("#3C2EB8", "#65B82E", "#B82EAA", "#918830", "#7A281F", "#262E73")
+MODEL_CLASSES = 16  # CSS exists for model-0 .. model-15; colours repeat with another underline after 6
+MODEL_UNDERLINES = ("solid", "groove", "ridge")  # none of the decisions' (solid is theirs too, but not these colours)
 
 def model_colour(i: int) -> str:
     return MODEL_COLOURS[i % len(MODEL_COLOURS)]
@@ -88,7 +92,12 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
 .el-tok { white-space: pre-wrap; border-radius: 3px; padding: 1px 0; cursor: pointer;
   box-shadow: inset -1px 0 0 var(--el-sep);
   -webkit-box-decoration-break: clone; box-decoration-break: clone; }
-.el-tok:hover, .el-tok.selected, .el-tok.el-selected { outline: 2px solid currentColor; outline-offset: 0; }
+/* Hover and selection read apart, and neither covers a glyph: hover darkens the token's tint (no line); the selected
+   token gets room of its own (4px margins) and its ring is drawn there, 1px off its box, never over its first or last
+   letter nor over a neighbour's (a ring at offset 0 covered 2px of the letters on each side). */
+.el-tok:hover:not(.el-selected):not(.selected) {  /* (weighs more than a decision's background shorthand) */
+  background-image: linear-gradient(rgba(128, 128, 128, 0.3), rgba(128, 128, 128, 0.3)); }
+.el-tok.selected, .el-tok.el-selected { outline: 2px solid currentColor; outline-offset: 1px; margin: 0 4px; }
 .el-tok.round-start { box-shadow: inset -1px 0 0 var(--el-sep), inset 2px 0 0 var(--el-line); }
 .el-tok.zw { font-size: 0.7em; vertical-align: super; padding: 0 1px; opacity: 0.85; }
 .el-tok.eos { vertical-align: baseline; white-space: nowrap; padding: 0 5px; margin-left: 4px; border-radius: 8px;
@@ -97,6 +106,7 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
 .ws { opacity: 0.45; }
 .el-legend { display: flex; flex-wrap: wrap; gap: 6px 16px; align-items: center; font-size: 13px; margin: 4px 0; }
 .el-legend-item { display: inline-flex; gap: 6px; align-items: center; }
+.el-legend-head { font-weight: 600; }
 .el-swatch { display: inline-block; min-width: 2.2em; text-align: center; border-radius: 3px;
   font-family: var(--el-mono); font-size: 12px; line-height: 1.5; }
 .el-chip { display: inline-block; border-radius: 3px; padding: 0 6px; margin: 2px 4px 2px 0; font-size: 13px; }
@@ -125,6 +135,10 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
 .el-box.unknown { background: none; box-shadow: none; border-bottom: 1px dotted var(--el-line); }
 .el-box.bytes { text-decoration: underline wavy var(--el-line); }
 .el-box.el-current { outline: 2px solid currentColor; outline-offset: -1px; }
+/* A replaced token's draft: the text row shows what the models checked, struck through (it was discarded); the
+   response row shows the token that replaced it in its place. */
+.el-axis.struck { text-decoration: line-through 2px; text-decoration-color: var(--el-missing); opacity: 0.75; }
+.el-box.el-replacement { font-weight: 600; padding: 0 2px; }
 .el-box.incomplete { background-image: repeating-linear-gradient(135deg, transparent 0 4px, var(--el-faint) 4px 8px); }
 /* Edges sit in the middle of the 7px column gap after the segment they close: a gutter, never through a glyph. */
 .el-edge { pointer-events: none; justify-self: end; width: 2px; margin-right: -4.5px; z-index: 1; }
@@ -221,6 +235,11 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
 .el-whatif-key { font-family: var(--el-mono); white-space: pre; border: 1px solid var(--el-line); border-radius: 4px;
   padding: 2px 8px; min-height: 32px; cursor: pointer; background: var(--el-faint); }
 .el-whatif-key:hover, .el-whatif-key:focus-visible { outline: 2px solid currentColor; }
+/* Stop reads as off (faint, disabled) while nothing streams and as on (a solid red, not a decision colour) while a
+   run, fork or comparison streams: the theme's stop variant is a pale grey either way. */
+#stop-button:disabled, #cmp-stop:disabled { opacity: 0.45; cursor: not-allowed; }
+#stop-button:not(:disabled), #cmp-stop:not(:disabled) { background: #B4232A !important; color: #fff !important;
+  border-color: #B4232A !important; }
 """
 """Layout of every view; the decision and model colour rules are generated after it."""
 
@@ -236,7 +255,8 @@ def _build_css() -> str:
                  f"{{ background: {_tint(blue, 0.1)}; border-bottom: 2px dotted {blue}; }}\n")
     for i in range(MODEL_CLASSES):
         # model-N after the decision rules: a SpecEM token shows its winning model's colour
-        rules.append(_mark_rules(f"model-{i}", model_colour(i), "solid" if i < len(MODEL_COLOURS) else "dashed"))
+        underline = MODEL_UNDERLINES[(i // len(MODEL_COLOURS)) % len(MODEL_UNDERLINES)]
+        rules.append(_mark_rules(f"model-{i}", model_colour(i), underline))
     rules.append(".dark .ws, .dark .el-axis { opacity: 0.6; }\n")
     return "".join(rules)
 
@@ -253,9 +273,13 @@ def legend_html(method: str, models: list[str], settings: dict | None = None, en
     """One swatch per decision ``method`` (with ``settings``) can produce; for SpecEM one per model (``model-N``);
     the end marker only for an answer that ended by itself (``ended``), not one that hit its token budget."""
     items = []
+    head = ""
     if is_segments(method):
+        # model colours, not decisions: the legend says so before the names
+        head = ('<span class="el-legend-head" title="SpecEM colours each token by the model whose segment won its round; '
+                'these colours name models, not decisions">Winning model of each round:</span>')
         for i, name in enumerate(models):
-            items.append((f"model-{i}", f"segment of {name}", f"{name}'s segment won the round"))
+            items.append((f"model-{i}", name, f"{name}'s segment won the round"))
     else:
         for decision in method_decisions(method, settings):
             if decision == "consensus":
@@ -272,4 +296,4 @@ def legend_html(method: str, models: list[str], settings: dict | None = None, en
             '<span class="el-legend-item el-muted" title="the end-of-sequence token, coloured by the decision that '
             f'accepted it">{safe(END_MARKER)}: the answer ended by itself</span>'
         )
-    return f'<div class="el-legend">{"".join(parts)}</div>'
+    return f'<div class="el-legend">{head}{"".join(parts)}</div>'

@@ -12,7 +12,7 @@ from ..errors import MemberDied, OutputError, SettingsError
 from ..files import check_distinct_outputs, check_output_file, write_output
 from ..models import DEFAULT_ENSEMBLE
 from ..models.device import resolve_device
-from ..trace.readable import DECISION_WORDS, decisions_text, et_text, method_decisions
+from ..trace.readable import DECISION_WORDS, STOP_WORDS, decisions_text, et_text, method_decisions
 from .common import models_arg, read_text, write_document
 from .options import add_backend_options, add_dtype_option, add_engine_options, backend_from_args, settings_from_args
 
@@ -137,10 +137,6 @@ def save_outputs(args, trace) -> list[str]:
             print(f"error: {exc}{hint}", file=sys.stderr)
             failures.append(str(exc))
     return failures
-
-
-STOP_WORDS = {"eos": "the answer ended by itself", "budget": "the token budget", "stop_string": "a stop string",
-              "cancelled": "stopped", "member_failed": "a member failed"}
 
 
 def legend_line(method: str, settings: dict) -> str:

@@ -126,6 +126,12 @@ REGISTRY: dict[str, RuntimeInfo] = {
 DEFAULT_RUNTIME = next(iter(REGISTRY))
 """The runtime of a model built in memory (:func:`ensemble.models.loading.wrap`) and what ``auto`` falls back to."""
 RUNTIMES = (AUTO, *REGISTRY)
+
+
+def runtime_label(name: str) -> str:
+    """A runtime's name for people (the app's runtime choices, status lines): its registered label, ``automatic``
+    for ``auto``; an unknown name as it is."""
+    return "automatic" if name == AUTO else REGISTRY[name].label if name in REGISTRY else name
 """The runtime setting's choices (the CLI's and the launcher's ``--runtime``)."""
 
 

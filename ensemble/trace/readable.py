@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ..capabilities import CAPABILITIES, capabilities, is_segments
+from ..capabilities import CAPABILITIES, capabilities, is_one_model, is_segments
 
 DECISION_WORDS = {
     "drafter": "drafter only",
@@ -17,7 +17,7 @@ DECISION_WORDS = {
     "ensembled_kept": "ensembled, draft kept",
     "ensembled_replaced": "ensembled, draft replaced",
     "fused": "fused (every token)",
-    "gated": "GaC gate: primary confident",
+    "gated": "main model sure: no vote (GaC gate)",
     "segment": "SpecEM segment",
 }
 """A decision's name for people (``visual.style`` draws the same labels beside its colours)."""
@@ -51,6 +51,25 @@ def et_text(et_ratio, method: str | None = None, rounds=None) -> str:
     if isinstance(et_ratio, bool) or not isinstance(et_ratio, int | float) or not math.isfinite(et_ratio):
         return "–"
     return f"{100 * et_ratio:.1f}%"
+
+
+def ensembled_text(stats, method: str | None = None) -> str:
+    """How many tokens, and how many of them the models voted on, plain words first and E/T after them as the
+    detail: ``ensembled 3 of 40 tokens (E/T 7.5%)``; SpecEM ``40 tokens, votes on every segment (3 rounds)``; a
+    single model ``40 tokens by one model (no ensemble)``. ``stats`` is a trace's :class:`~ensemble.trace.RunStats`."""
+    steps, tokens = stats.ensemble_steps, stats.generated_tokens
+    count = plural(tokens, "token") if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else "the tokens"
+    if is_segments(method):
+        return f"{count}, {et_text(stats.et_ratio, method, stats.rounds)}"
+    if is_one_model(method):
+        return f"{count} by one model (no ensemble)"
+    steps = steps if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 0 else "some"
+    return f"ensembled {steps} of {count} (E/T {et_text(stats.et_ratio, method, stats.rounds)})"
+
+
+STOP_WORDS = {"eos": "the answer ended by itself", "budget": "the token budget", "stop_string": "a stop string",
+              "cancelled": "stopped", "member_failed": "a member failed"}
+"""Why a run stopped, for people (``RunStats.stop_reason``)."""
 
 
 def decisions_text(counts) -> str:

@@ -29,12 +29,13 @@ def test_warm_remembers_what_it_could_not_load(monkeypatch, tmp_path):
     assert "could not be reached" in pool.unavailable["someone/not-cached-model"]
 
 
-@pytest.mark.parametrize(("has_llamacpp", "label"), [(False, "transformers"), (True, "llamacpp")])
+@pytest.mark.parametrize(("has_llamacpp", "label"), [(False, "transformers"), (True, "llama.cpp")])
 def test_the_first_view_names_the_runtime_a_run_here_uses(monkeypatch, has_llamacpp, label):
     """The recording was made on llama.cpp; a Space has no llama.cpp and runs transformers: the label says so."""
     monkeypatch.setattr(runtimes.RuntimeInfo, "available", lambda self: has_llamacpp or not self.can_be_missing)
     text = space.first_view_status("safe", ["qwen", "smollm2", "gemma3"], "2026-11-30T10:00:00", "auto", "cpu", {})
-    assert f"run it live here ({label})" in text and "recorded 2026-11-30" in text and "Not available" not in text
+    assert f"run it live here (on the {label} runtime)" in text and "recorded 2026-11-30" in text and "Not available" not in text
+    assert "(llamacpp)" not in text and text.startswith("A recorded run, not a live one: SAFE on")  # words, not ids
     gated = space.first_view_status("safe", ["qwen"], "2026-11-30", "auto", "cpu", {"gemma3": "Accept its licence; HF_TOKEN."})
     assert "Not available on this server: gemma3. Accept its licence; HF_TOKEN." in gated
 

@@ -42,10 +42,10 @@ def test_topk_figure_bars():
     for bars, pairs in zip(fig.data, top.values(), strict=True):
         drawn = dict(zip(bars.y, bars.x, strict=True))
         assert all(drawn[charts.label(k)] == p for k, p in pairs if charts.label(k) in drawn)
-        assert bars.marker.color[0] == charts.CHOSEN and bars.text[0] == "chosen"  # everyone's favourite is " went"
+        assert bars.marker.color[0] == charts.CHOSEN and bars.text[0].endswith("% · chosen")  # everyone's favourite: " went"
     fig = visual.topk_figure(safe_trace, 5)  # the draft is " Pl"; gemma3's own next token there is " P"
     gemma = next(bars for bars in fig.data if bars.name == "gemma3")
-    assert gemma.marker.color[0] == charts.CHOSEN and gemma.text[0] == "own next token"
+    assert gemma.marker.color[0] == charts.CHOSEN and gemma.text[0].endswith("% · own next token")
     # only the record's own top-k: one panel, named after the record's model
     for trace, index, model in ((safe_trace, 1, "smollm2"), (load("gac"), 0, "qwen")):
         fig = visual.topk_figure(trace, index)
@@ -72,3 +72,26 @@ def test_fusion_figure_before_and_after():
     fig = visual.fusion_figure(unite, 0)
     assert len(fig.data) == 1 and len(fig.data[0].x) == min(12, len(unite.tokens[0].fusion.before))
     assert visual.fusion_figure(load("gac"), 0) is None
+
+
+def test_a_key_outside_a_models_top_k_has_no_bar_and_says_so():
+    """Issue 39: a key "not in its top 10" was drawn as a 0-length bar at 0 beside short unlabelled bars, so it read
+    as 0%. It has no bar (0 long) and a faint italic "not in its top k" (with its marks), and every real bar
+    is labelled with its value ("<1%" for the smallest), so the two never look alike."""
+    import re
+
+    math = load("safe_math")
+    record = math.tokens[27]  # "." replaced " and": qwen had no "." in its top 10, yet "." was chosen
+    fig = visual.topk_figure(math, 27)
+    qwen = next(bars for bars in fig.data if bars.name == "qwen")
+    top = dict(record.fusion.per_model["qwen"])
+    missing = [i for i, y in enumerate(qwen.y) if y not in {charts.label(k) for k in top}]
+    assert missing and charts.label(".") in [qwen.y[i] for i in missing]
+    for i, (x, text) in enumerate(zip(qwen.x, qwen.text, strict=True)):
+        if i in missing:
+            assert x == 0 and text.startswith(f"not in its top {len(top)}"), (x, text)
+            assert qwen.textfont.style[i] == "italic" and qwen.textfont.color[i] == charts.ABSENT
+        else:
+            assert re.match(r"(<1|\d+)%", text), text
+            assert qwen.textfont.style[i] == "normal"
+    assert qwen.text[qwen.y.index(charts.label("."))] == f"not in its top {len(top)} · chosen"

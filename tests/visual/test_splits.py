@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import visual
 from tests.visual.helpers import columns, grid_items, grid_rows, load, plain
 from visual import records as rd
@@ -88,3 +90,33 @@ def test_tokenization_of_an_unfinished_character():
     rows = grid_rows(visual.tokenization_html(trace, 3))
     last = rows["gemma3 (verifier)"][-1]
     assert last["text"] == "·" and "incomplete" in last["cls"] and "ends inside a character" in last["title"]
+
+
+def test_a_replaced_token_is_drawn_in_its_drafts_place_and_the_draft_is_struck():
+    """Issue 39, item 2: the token that replaced a draft ("." for " and", ":" for ":\\n") is in the response row, over
+    the columns of the draft token it replaced (the row was empty there); the draft the models checked is struck
+    through in the text row; and no later response token is drawn under the draft (a stray "·" under "·to")."""
+    math = load("safe_math")
+    replaced = [r for r in math.tokens if r.decision == "ensembled_replaced" and r.details.get("splits")]
+    assert len(replaced) >= 5
+    for record in replaced:
+        html = visual.tokenization_html(math, record.index)
+        items = grid_items(html)
+        rows = grid_rows(html)
+        current = [b for b in rows["response"] if "el-current" in b["cls"]]
+        assert [b["text"] for b in current] == [record.text.replace(" ", "·").replace("\n", "↵")], record.index
+        assert "ensembled_replaced" in current[0]["cls"] and repr(record.fusion.draft) in current[0]["title"]
+        start, _ = columns(current[0])
+        later = [b for b in rows["response"] if "unknown" not in b["cls"] and columns(b)[0] > start]
+        assert not later, (record.index, later)  # nothing of the response after the replacement sits under the draft
+        axis = [i for i in items if i["cls"][0] == "el-axis"]
+        struck = [i for i in axis if "struck" in i["cls"]]
+        assert struck and all(int(re.search(r"grid-column: (\d+)", i["style"]).group(1)) >= start for i in struck)
+        assert "".join(i["text"] for i in axis).endswith("".join(i["text"] for i in struck))  # the whole checked draft
+        assert "discarded" in struck[0]["title"]
+    html = visual.tokenization_html(math, 27)  # "." replaced the draft " and"
+    rows = grid_rows(html)
+    dot = next(b for b in rows["response"] if "el-current" in b["cls"])
+    drafted = next(b for b in rows["qwen (drafter)"] if b["text"] == "·and")
+    assert dot["text"] == "." and columns(dot) == columns(drafted)
+    assert visual.tokenization_html(math, 26).count("struck") == 0  # a kept token strikes nothing

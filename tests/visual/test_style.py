@@ -41,3 +41,25 @@ def test_model_rows_and_chart_marks_do_not_wear_decision_colours():
         "shared_boundaries": [0, 5], "all_boundaries": [0, 1, 5], "agreement": 66.7})
     assert "Sofia" in aligned.replace("</span>", "") or "ofia" in aligned
     assert "model-" not in aligned
+
+
+def test_specem_model_colours_are_no_decision_colours():
+    """Issue 39: SpecEM painted smollm2's segments in the blocked colour (the model palette was the decisions' own).
+    Each model colour, as a 0.24 tint on a light and a dark page (what a token's background paints) and solid (its
+    underline), stays as far from every decision colour as the closest decision tints are from each other; the
+    first three models (a trace's usual number) stay as far apart."""
+    from tests.visual.helpers import delta_e, painted
+    from visual.style import DECISION_STYLE, MODEL_COLOURS
+
+    decisions = [c for c, *_ in DECISION_STYLE.values()]
+    for page in ((255, 255, 255), (11, 15, 25)):
+        for model in MODEL_COLOURS:
+            for decision in decisions:
+                assert delta_e(painted(model, 0.24, page), painted(decision, 0.24, page)) >= 9, (model, decision, page)
+                assert delta_e(painted(model), painted(decision)) >= 25, (model, decision)
+        for i, a in enumerate(MODEL_COLOURS[:3]):
+            for b in MODEL_COLOURS[i + 1 : 3]:
+                assert delta_e(painted(a, 0.24, page), painted(b, 0.24, page)) >= 9, (a, b, page)
+    specem = visual.legend_html("specem", ["qwen", "smollm2", "gemma3"])
+    assert "Winning model of each round" in specem and "not decisions" in specem  # the legend says what they mean
+    assert not any(f"el-swatch {d}" in specem for d in DECISION_STYLE)
