@@ -7,8 +7,6 @@ import re
 import uuid
 from types import SimpleNamespace
 
-import pytest
-
 import visual
 from ensemble.trace import RunTrace
 from ensemble.trace.decisions import Decision
@@ -30,8 +28,6 @@ def test_the_recording_is_the_first_example_at_the_apps_defaults():
     assert not trace.error and trace.stats.stop_reason in ("eos", "stop_string", "budget")
 
 
-@pytest.mark.xfail(strict=True, reason="the shipped recording (2 Dec 2026) was made on a busy machine: rerun "
-                   "scripts/record_first_view.py when the machine is quiet, then drop this mark")
 def test_the_recordings_timings_are_ones_an_idle_two_core_cpu_gives():
     """Every visitor reads the recording's latency, tokens/s and first-token time: a recording made on a busy machine
     (435.81 s for 16 tokens that take 3 s live) must not ship; scripts/record_first_view.py refuses to write one."""
