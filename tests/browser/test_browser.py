@@ -389,8 +389,9 @@ def test_markdown_payloads_in_compare_and_results_tabs(page, tmp_path):
         shown = page.locator("#results-view").inner_text()
         if expect == "table":
             assert PAYLOAD_LINE in shown and f"![m](http://{ATTACKER}/m.png)" in shown  # as text
-            page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 2")
-            points = page.locator(".js-plotly-plot .bars .point path")
+            # the Results tab's own charts (the Run tab, hidden behind it, opens with its top-k chart drawn)
+            page.wait_for_function("() => document.querySelectorAll('#results-scatter .js-plotly-plot, #results-bars .js-plotly-plot').length >= 2")
+            points = page.locator("#results-bars .js-plotly-plot .bars .point path")
             if points.count():
                 points.first.hover(force=True)
                 page.wait_for_timeout(300)
@@ -448,7 +449,10 @@ def test_fork_from_a_selected_token_with_the_drafter_alone(page, shot):
     page.locator("#fork-view").scroll_into_view_if_needed()
     shot(page, "fork")
     run(page, "Say hello.", "Single model", ["smollm2"], tokens=4)  # a new run clears the fork of the old one
-    wait_done(page)
+    # the status above the strip still reads the SAFE run's "Done" (a fork no longer writes there): wait for the new
+    # run's own status before reading the fork view, which its first view empties
+    page.wait_for_function("() => /by one model/.test(document.querySelector('#status')?.innerText || '') "
+                           "&& /Done|Stopped/.test(document.querySelector('#status')?.innerText || '')", timeout=120_000)
     assert not page.locator("#fork-view").inner_text().strip()
 
 
