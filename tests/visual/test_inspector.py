@@ -188,7 +188,7 @@ def test_a_blocked_token_shows_what_each_verifier_wanted_where_its_own_token_sta
     fig = visual.topk_figure(trace, 1)
     assert [bars.name for bars in fig.data] == ["smollm2", "gemma3", "qwen"]
     gemma = dict(zip(fig.data[1].y, fig.data[1].x, strict=True))
-    assert gemma["Sofia"] == 0.49 and fig.data[1].text[list(fig.data[1].y).index("Sofia")] == "own next token"
+    assert gemma["Sofia"] == 0.49 and fig.data[1].text[list(fig.data[1].y).index("Sofia")] == "49% · own next token"
     assert "blocked verifier" in fig.layout.title.text
     text = visual.explain(trace, 1)
     assert "Where its own token starts (character 0), <b>gemma3</b>" in text and "0.49" in text

@@ -44,9 +44,9 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_ctrl_c_inside_llama_cpps_log_callback_ends_the_program():
-    from ensemble.models.runtimes import llamacpp_available
+    from ensemble.models.runtimes import runtime_info
 
-    if not llamacpp_available():
+    if not runtime_info("llamacpp").available():
         pytest.skip("llama-cpp-python is not installed")
     folder = cache.gguf_cache(models.EMBEDDED["smollm2"])
     if not (folder / "model.gguf").exists():
