@@ -10,21 +10,11 @@ import re
 
 import pytest
 
+from tests.browser.watch import SIZES, open_app
 from tests.conftest import FIXTURES
 from tests.visual.helpers import delta_e
 
 pytestmark = [pytest.mark.browser, pytest.mark.embedded]
-
-SIZES = {"desktop": (1366, 768), "phone": (390, 844)}
-
-
-def open_app(browser, app_url, size):
-    context = browser.new_context(viewport={"width": size[0], "height": size[1]})
-    page = context.new_page()
-    page.set_default_timeout(180_000)
-    page.goto(app_url)
-    page.wait_for_function("() => (document.querySelector('#status')?.innerText || '').includes('recorded run')")
-    return context, page
 
 
 def upload(page, name: str) -> None:
