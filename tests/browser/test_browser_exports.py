@@ -135,6 +135,8 @@ def test_the_status_line_keeps_describing_the_strip_under_it_after_a_fork(sized)
     """The status after a fork said "Fork done …" above the original run's strip: it now stays the original's, and
     the fork's own line heads the fork's view."""
     page = sized
+    # the status settles first (Gradio prefixes "processing" while the first view's own events are pending)
+    page.wait_for_function("() => !/processing/.test(document.querySelector('#status')?.innerText || 'processing')")
     before = page.locator("#status").inner_text()
     tokens = page.locator("#strip .el-tok[data-i]")
     tokens.nth(tokens.count() - 3).click()
