@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser.watch import set_max_tokens
 from tests.conftest import FIXTURES, ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.embedded]
@@ -46,16 +47,7 @@ def run(page, prompt: str, method_label: str, models: list[str], tokens: int | N
     page.locator("#method").get_by_label(method_label).check()
     set_models(page, models)
     if tokens is not None:
-        box = page.locator("#max-tokens input[type=number]")
-        if not box.is_visible():
-            page.get_by_text("Engine settings").click()
-            box.wait_for(state="visible")
-        for _ in range(5):  # the accordion renders its sliders lazily: retry until the value sticks
-            box.fill(str(tokens))
-            box.press("Enter")
-            page.wait_for_timeout(300)
-            if page.locator("#max-tokens input[type=range]").input_value() == str(tokens):
-                break
+        set_max_tokens(page, tokens)
         assert page.locator("#max-tokens input[type=range]").input_value() == str(tokens)
     page.locator("#run-button").click()
 

@@ -12,6 +12,7 @@ import pytest
 
 from tests.browser.watch import SIZES, open_app
 from tests.conftest import FIXTURES
+from tests.ui.test_wording import _outside_brackets
 from tests.visual.helpers import delta_e
 
 pytestmark = [pytest.mark.browser, pytest.mark.embedded]
@@ -227,14 +228,6 @@ def test_top_k_keys_outside_a_models_top_k_do_not_read_as_zero(browser, app_url,
 
 JARGON = ("E/T", "λ", "η", "GaC gate", "llamacpp", "fork --at")
 NEVER = ("llamacpp", "fork --at")  # ids of the command line: not even in brackets on a first screen
-
-
-def _outside_brackets(text: str) -> str:
-    while True:
-        shorter = re.sub(r"\([^()]*\)", "", text)
-        if shorter == text:
-            return text
-        text = shorter
 
 
 VISIBLE_TEXT_JS = """(root) => {

@@ -43,14 +43,8 @@ def open_app(browser, app_url, size):
     return context, page
 
 
-def start_run(page, prompt: str, model: str = "smollm2", tokens: int = 200) -> None:
-    """A single-model run of ``prompt`` with a budget of ``tokens``, started as a visitor starts it."""
-    page.locator("#prompt textarea").fill(prompt)
-    for name in ("qwen", "smollm2", "gemma3"):
-        box = page.locator("#models").get_by_label(name, exact=True)
-        if box.is_checked() != (name == model):
-            box.click()
-    page.locator("#method").get_by_label("Single model").check()
+def set_max_tokens(page, tokens: int) -> None:
+    """Set the token budget as a visitor does: open the engine settings, type the number."""
     box = page.locator("#max-tokens input[type=number]")
     if not box.is_visible():
         page.get_by_text("Engine settings").click()
@@ -61,6 +55,17 @@ def start_run(page, prompt: str, model: str = "smollm2", tokens: int = 200) -> N
         page.wait_for_timeout(300)
         if page.locator("#max-tokens input[type=range]").input_value() == str(tokens):
             break
+
+
+def start_run(page, prompt: str, model: str = "smollm2", tokens: int = 200) -> None:
+    """A single-model run of ``prompt`` with a budget of ``tokens``, started as a visitor starts it."""
+    page.locator("#prompt textarea").fill(prompt)
+    for name in ("qwen", "smollm2", "gemma3"):
+        box = page.locator("#models").get_by_label(name, exact=True)
+        if box.is_checked() != (name == model):
+            box.click()
+    page.locator("#method").get_by_label("Single model").check()
+    set_max_tokens(page, tokens)
     page.evaluate(WATCH_JS)
     page.locator("#run-button").click()
 
