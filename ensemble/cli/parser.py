@@ -8,7 +8,7 @@ import traceback
 
 from ..errors import EnsembleError
 from ..members import close_backends, interrupt_on_sigterm
-from . import bench, evaluate, explain, fork, generate, models, prepare, report, tokenize
+from . import bench, blame, evaluate, explain, fork, generate, models, prepare, report, tokenize
 
 COMMANDS = {
     "models": (models, "known models, where each comes from, whether it is cached"),
@@ -20,6 +20,7 @@ COMMANDS = {
     "evaluate": (evaluate, "GSM8K-style evaluation of methods"),
     "report": (report, "rebuild an evaluation folder's summary and report.html from its rows"),
     "explain": (explain, "where two methods' answers to one evaluated question part, and what decided it"),
+    "blame": (blame, "which ensemble decision changed an evaluated answer's outcome (counterfactual forks)"),
 }
 """Each subcommand's module (which adds its arguments and runs it) and its one-line help."""
 
