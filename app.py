@@ -17,7 +17,7 @@ import gradio as gr
 import visual
 from ensemble.members import close_backends, interrupt_on_sigterm
 from ensemble.models import DEFAULT_ENSEMBLE, DEFAULT_MODELS
-from ui import api, comparing, config, links, replay, running, space, tabs, tokenizers
+from ui import api, blaming, comparing, config, links, replay, running, space, tabs, tokenizers
 from ui import results as results_ui
 from ui.sessions import click_data, if_newest
 from ui.view_tuples import CompareView, ExportView, ForkView, InspectView, ResultsView, RunView, TokenizerView, outputs, updates
@@ -53,6 +53,7 @@ def build_app() -> gr.Blocks:
         # their own group: two answers compared at a time, the tokenizer's four slots left to it
         gr.api(results_ui.explain_answers, api_name="explain_answers", concurrency_id="explain", concurrency_limit=2)
         gr.api(results_ui.explain_run, api_name="explain_run", concurrency_id="explain")
+        gr.api(blaming.blame_answer, api_name="blame_answer", concurrency_id="engine", concurrency_limit=config.RUN_CONCURRENCY)
         demo.unload(on_close)  # a closed page's unpacked evaluation folder is removed
     demo.queue(max_size=config.QUEUE_SIZE, default_concurrency_limit=config.RUN_CONCURRENCY)
     return demo
@@ -219,7 +220,8 @@ def wire_results_tab(results: tabs.ResultsTab, run: tabs.RunTab, tab_box: gr.Tab
     def on_ours(request: gr.Request):
         return on_open(results_ui.COMMITTED_RUN, request)
 
-    stats_outputs = [results.stats_view, results.stats_plot_a, results.stats_plot_b, results.stats_plot_c]
+    stats_outputs = [results.stats_view, results.stats_plot_a, results.stats_plot_b, results.stats_plot_c, results.blame_stats,
+                     results.blame_plot]
 
     def on_stats(request: gr.Request):  # after the grid shows: the statistics read every trace
         view = updates(results, results_ui.stats_view(config.session(request).evaluation))
@@ -239,20 +241,52 @@ def wire_results_tab(results: tabs.ResultsTab, run: tabs.RunTab, tab_box: gr.Tab
     for control in grid_inputs:
         control.input(on_filter, inputs=grid_inputs, outputs=[results.grid], api_visibility="private")
 
-    def on_cell(request: gr.Request, evt: gr.EventData):
-        trace, note = results_ui.open_cell(config.session(request).evaluation, click_data(evt))
+    def on_cell(request: gr.Request, evt: gr.EventData, progress=gr.Progress()):
+        folder, data = config.session(request).evaluation, click_data(evt)
+        picked = {}  # the pair view's question and method B follow the grid's click
+        if folder is not None and data.get("qid") in folder.question_ids and data.get("method") in folder.methods:
+            picked = {results.part_qid: gr.update(value=data["qid"]), results.part_b: gr.update(value=data["method"])}
+        if data.get("action") == "blame":
+            return picked | {results.blame_view: blaming.find(folder, data.get("qid"), data.get("method"), progress=progress),
+                             results.cell_note: ""}
+        trace, note = results_ui.open_cell(folder, data)
         if trace is None:
-            return {results.cell_note: note}
-        status = f"Replaying a {trace.method} answer of the evaluation ({len(trace.tokens)} tokens). Click any token."
+            return picked | {results.cell_note: note}
+        status = (f"Question {data['qid']}, {data['method']} ({results_ui.cell_words(folder, data['qid'], data['method'])}): "
+                  f"replaying its trace ({len(trace.tokens)} tokens). Click any token.")
         return (updates(run, replay.replay(request, trace, status)) | updates(run, replay.cleared_inspector())
-                | replay.form_updates(run, trace) | {results.cell_note: note, tab_box: gr.Tabs(selected="run")})
+                | replay.form_updates(run, trace) | picked | {results.cell_note: note, tab_box: gr.Tabs(selected="run")})
 
     opened = results.grid.click(on_cell, outputs=[*outputs(run, RunView), *outputs(run, InspectView),
-                                                  *replay.form_components(run), results.cell_note, tab_box],
+                                                  *replay.form_components(run), results.cell_note, tab_box, results.part_qid,
+                                                  results.part_b, results.blame_view],
                                 api_visibility="private")
     opened.then(None, js=tabs.SCROLL_TO_STRIP_JS)  # the grid was scrolled far down: the answer's strip comes into view
     results.part_button.click(on_part, inputs=[results.part_qid, results.part_a, results.part_b], outputs=[results.part_view],
                               api_visibility="private")
+
+    def on_part_blame(qid, a, b, request: gr.Request, progress=gr.Progress()):
+        folder = config.session(request).evaluation
+        method, reference = (a, b) if folder is not None and b in folder.singles() else (b, a)
+        return blaming.find(folder, qid, method, reference, progress=progress)
+
+    results.part_blame.click(on_part_blame, inputs=[results.part_qid, results.part_a, results.part_b],
+                             outputs=[results.part_view], concurrency_id="engine", api_visibility="private")
+
+    def on_open_token(request: gr.Request, evt: gr.EventData):
+        trace, index, view, status = blaming.open_token(config.session(request).evaluation, click_data(evt))
+        if trace is None:
+            return {results.cell_note: view}
+        shown = replay.replay(request, trace, status)
+        config.session(request).selected = (trace, index)  # "Fork from the selected token" forks there
+        return (updates(run, shown._replace(strip=replay.selected_in_strip(shown.strip, index), fork_view=view))
+                | updates(run, replay.inspector(trace, index)) | replay.form_updates(run, trace) | {tab_box: gr.Tabs(selected="run")})
+
+    for view in (results.blame_view, results.part_view):
+        shown_token = view.click(on_open_token, outputs=[*outputs(run, RunView), *outputs(run, InspectView),
+                                                         *replay.form_components(run), results.cell_note, tab_box],
+                                 api_visibility="private")
+        shown_token.then(None, js=tabs.SCROLL_TO_STRIP_JS)
 
 
 def wire_links(demo: gr.Blocks, tab_box: gr.Tabs, run: tabs.RunTab, tok: tabs.TokenizerTab, projector: gr.Checkbox):

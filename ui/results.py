@@ -27,6 +27,7 @@ from ensemble.evaluation.explorer import FILTERS, SORTS, Folder, filter_question
 from visual.evalstats import decisions_figure, first_replacement_figure, stats_html, weights_trajectories_figure
 from visual.explorer import answer_html, divergence_html, grid_html
 
+from . import blaming
 from .api_args import without_path
 from .files import project_file
 from .view_tuples import KEEP, ResultsView
@@ -58,6 +59,9 @@ class ExplorerView(NamedTuple):
     stats_plot_a: Any = KEEP
     stats_plot_b: Any = KEEP
     stats_plot_c: Any = KEEP
+    blame_view: Any = KEEP
+    blame_stats: Any = KEEP
+    blame_plot: Any = KEEP
 
 
 def show_summary(file) -> ResultsView:
@@ -206,7 +210,7 @@ def explorer_view(folder: Folder) -> ExplorerView:
         grid_filter=gr.update(choices=FILTER_CHOICES, value="all"),
         grid_ensemble=gr.update(choices=ensembles, value=ensembles[0] if ensembles else None, visible=bool(ensembles)),
         grid_order=gr.update(choices=SORT_CHOICES, value="qid"),
-        grid=grid_html(folder, folder.question_ids),
+        grid=grid_html(folder, folder.question_ids, blame=blaming.blame_marks(folder)),
         cell_note='<p class="el-muted">Click a cell: with traces its answer opens in the Run tab\'s views, else its text shows here.</p>',
         part_qid=gr.update(choices=folder.question_ids, value=folder.question_ids[0] if folder.question_ids else None),
         part_a=gr.update(choices=folder.methods, value=first),
@@ -216,6 +220,9 @@ def explorer_view(folder: Folder) -> ExplorerView:
         stats_plot_a=gr.update(visible=False),
         stats_plot_b=gr.update(visible=False),
         stats_plot_c=gr.update(visible=False),
+        blame_view="",
+        blame_stats="",
+        blame_plot=gr.update(visible=False),
     )
 
 
@@ -225,7 +232,10 @@ def stats_view(folder: Folder | None) -> ExplorerView:
         return ExplorerView()
     stats = _stats(folder)
     figures = [decisions_figure(stats), first_replacement_figure(stats), weights_trajectories_figure(stats)]
+    table, chart = blaming.stats(folder)
     return ExplorerView(
+        blame_stats=table,
+        blame_plot=gr.update(value=chart, visible=chart is not None),
         stats_view=stats_html(stats),
         stats_plot_a=gr.update(value=figures[0], visible=figures[0] is not None),
         stats_plot_b=gr.update(value=figures[1], visible=figures[1] is not None),
@@ -237,7 +247,7 @@ def filtered_grid(folder: Folder | None, kind: str, ensemble: str | None, order:
     if folder is None:
         return '<p class="el-muted">Open an evaluation folder first.</p>'
     try:
-        return grid_html(folder, filter_questions(folder, kind or "all", ensemble, order or "qid"))
+        return grid_html(folder, filter_questions(folder, kind or "all", ensemble, order or "qid"), blame=blaming.blame_marks(folder))
     except EnsembleError as exc:
         return visual.error_html(str(exc))
 
@@ -254,8 +264,14 @@ def open_cell(folder: Folder | None, data: dict):
     if trace is None:
         note = folder.traces_note or f"No trace of {method} on question {qid} (its run failed)."
         return None, f'<p class="el-warning">{visual.safe(note)}</p>' + answer_html(folder, qid, method)
-    return trace, (f'<p>Question {qid}, <b>{visual.safe(method)}</b>: opened in the <b>Run</b> tab (strip, inspector, '
-                   "tokenizer rows, SpecEM rounds). No model was loaded.</p>")
+    return trace, (f'<p>Question {qid}, <b>{visual.safe(method)}</b> ({visual.safe(cell_words(folder, qid, method))}): opened '
+                   "in the <b>Run</b> tab (strip, inspector, tokenizer rows, SpecEM rounds). No model was loaded.</p>")
+
+
+def cell_words(folder: Folder, qid: int, method: str) -> str:
+    """What a cell is, in words: "answered 4, gold 1110: wrong"."""
+    row = folder.row(qid, method) or {}
+    return f"answered {row.get('prediction')}, gold {row.get('gold')}: {'right' if row.get('correct') else 'wrong'}"
 
 
 def parting_view(folder: Folder | None, qid, a, b) -> str:
@@ -265,7 +281,9 @@ def parting_view(folder: Folder | None, qid, a, b) -> str:
         div = answers_divergence(folder, int(qid) if qid is not None else -1, (str(a or ""), str(b or "")))
     except (EnsembleError, ValueError) as exc:
         return visual.error_html(str(exc))
-    return divergence_html(div)
+    q = div.qid if hasattr(div, "qid") else int(qid)
+    who = "; ".join(f"{visual.safe(label)} {visual.safe(cell_words(folder, q, label))}" for label in div.labels)
+    return f'<p class="el-cell-identity"><b>Question {q}</b>: {who}.</p>' + divergence_html(div)
 
 
 def explain_answers(trace_a: dict | str, trace_b: dict | str, label_a: str = "A", label_b: str = "B") -> dict:

@@ -393,6 +393,10 @@ class ResultsTab:
     stats_plot_a: gr.Plot
     stats_plot_b: gr.Plot
     stats_plot_c: gr.Plot
+    blame_view: gr.HTML
+    part_blame: gr.Button
+    blame_stats: gr.HTML
+    blame_plot: gr.Plot
 
 
 # A grid cell clicked: its question and method (``data-qid``, ``data-method``), numbered like the strip's clicks.
@@ -403,10 +407,24 @@ element.addEventListener('click', (event) => {
   if (!cell) return;
   element.querySelectorAll('.el-picked').forEach((c) => c.classList.remove('el-picked'));
   cell.classList.add('el-picked');
-  trigger('click', {qid: parseInt(cell.dataset.qid, 10), method: cell.dataset.method, seq: ++seq});
+  // its "find the decision" button: the attribution shows under the grid; anywhere else: the answer opens
+  const action = event.target.closest('[data-blame]') ? 'blame' : 'open';
+  trigger('click', {qid: parseInt(cell.dataset.qid, 10), method: cell.dataset.method, action, seq: ++seq});
 });
 element.addEventListener('keydown', (event) => {
   if (event.key === 'Enter' && event.target.closest('[data-method]')) event.target.click();
+});
+"""
+
+
+# "Open token #N" in an attribution: that answer's token in the Run tab, the counterfactual beside it.
+OPEN_TOKEN_JS = """
+let seq = 0;
+element.addEventListener('click', (event) => {
+  const button = event.target.closest('[data-open-token]');
+  if (!button) return;
+  trigger('click', {qid: parseInt(button.dataset.qid, 10), method: button.dataset.method,
+                    index: parseInt(button.dataset.openToken, 10), seq: ++seq});
 });
 """
 
@@ -431,21 +449,26 @@ def build_results_tab(have_committed_results: bool) -> ResultsTab:
             grid_order = gr.Dropdown([], label="Order", elem_id="grid-order", min_width=160)
         grid = gr.HTML(elem_id="grid", js_on_load=GRID_JS)
         cell_note = gr.HTML(elem_id="cell-note")
+        blame_view = gr.HTML(elem_id="blame-view", js_on_load=OPEN_TOKEN_JS)
         gr.Markdown("### Where two answers part, and what decided it")
         with gr.Row():
             part_qid = gr.Dropdown([], label="Question", elem_id="part-qid", min_width=100)
             part_a = gr.Dropdown([], label="Method A", elem_id="part-a", min_width=140)
             part_b = gr.Dropdown([], label="Method B", elem_id="part-b", min_width=140)
             part_button = gr.Button("Compare the two answers", variant="primary", elem_id="part-button", min_width=160)
-        part_view = gr.HTML(elem_id="part-view")
+            part_blame = gr.Button("Find the decision that changed this answer", elem_id="part-blame", min_width=160)
+        part_view = gr.HTML(elem_id="part-view", js_on_load=OPEN_TOKEN_JS)
         gr.Markdown("### Decision statistics over the dataset")
         stats_view = gr.HTML(elem_id="eval-stats")
         stats_plot_a = gr.Plot(label="Decisions per 100 tokens", elem_id="stats-decisions", visible=False)
         stats_plot_b = gr.Plot(label="First replacement against correctness", elem_id="stats-first", visible=False)
         stats_plot_c = gr.Plot(label="SpecEM weights, every question", elem_id="stats-weights", visible=False)
+        gr.Markdown("### Which decision changed the answer, over the dataset")
+        blame_stats = gr.HTML(elem_id="blame-stats")
+        blame_plot = gr.Plot(label="Decisive decisions by kind", elem_id="blame-plot", visible=False)
     return ResultsTab(results_file, results_ours, results_view, results_plot_a, results_plot_b, explorer_box, grid_filter,
                       grid_ensemble, grid_order, grid, cell_note, part_qid, part_a, part_b, part_button, part_view,
-                      stats_view, stats_plot_a, stats_plot_b, stats_plot_c)
+                      stats_view, stats_plot_a, stats_plot_b, stats_plot_c, blame_view, part_blame, blame_stats, blame_plot)
 
 
 def drafter_visibility(method):

@@ -5,6 +5,7 @@ string from a trace reaches HTML through :func:`visual.escape.safe` (model outpu
 """
 
 from . import escape, forks
+from .blame import BLAME_CSS
 from .charts import charts_note, fusion_figure, topk_figure
 from .escape import error_html, safe, status_html, whitespace
 from .explorer import EXPLORER_CSS
@@ -31,7 +32,7 @@ from .style import CSS as _BASE_CSS
 from .style import DECISION_LABELS, legend_html
 from .tokenizers import MISMATCH_EXPLAINER, tokenizer_counts_frame, tokenizers_html
 
-CSS = _BASE_CSS + EXPLORER_CSS
+CSS = _BASE_CSS + EXPLORER_CSS + BLAME_CSS
 """The app's stylesheet: the views' (:mod:`visual.style`) and the evaluation explorer's."""
 
 __all__ = [

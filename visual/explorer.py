@@ -42,6 +42,8 @@ EXPLORER_CSS = """
 .el-cell.el-error { background: rgba(153, 153, 153, 0.35); }
 .el-cell.el-picked { outline: 3px solid currentColor; outline-offset: -3px; }
 .el-cell small { opacity: 0.8; margin-left: 2px; }
+.el-cell .el-gold { margin-left: 0; font-size: 10px; }
+.el-cell .el-given { font-size: 12px; }
 .el-results { width: 100%; }
 .el-table-scroll { overflow-x: auto; max-width: 100%; }
 .el-results th { white-space: normal; }
@@ -65,7 +67,9 @@ EXPLORER_CSS = """
 """
 
 
-def cell_html(cell) -> str:
+def cell_html(cell, blame: str | None = None) -> str:
+    """One cell: its outcome mark, the answer given and (small) the question and the gold answer; ``blame``: the
+    label of its "find the decision" button (a cell whose outcome differs from the drafter alone's)."""
     flags = "".join(f'<small title="{safe(FLAG_MARKS[f][1])}">{FLAG_MARKS[f][0]}</small>' for f in cell.flags if f in FLAG_MARKS)
     words = [cell.outcome] + [FLAG_MARKS[f][1] for f in cell.flags if f in FLAG_MARKS]
     title = f"question {cell.qid}, {cell.method}: " + ", ".join(words)
@@ -73,8 +77,13 @@ def cell_html(cell) -> str:
         title += f" (answered {cell.prediction}, gold {cell.gold})"
     if cell.outcome != "missing":
         title += "; click to open its trace" if cell.traced else "; click to read the answer"
+    given = f' <span class="el-given">{safe(cell.prediction)}</span>' if cell.prediction is not None else ""
+    gold = f'<br><small class="el-gold">#{int(cell.qid)} · gold {safe(cell.gold)}</small>' if cell.gold is not None else ""
+    button = (f'<br><button type="button" class="el-blame" data-blame="1" title="revert the ensemble\'s decisions one at a time: '
+              f'which one changed this answer">{safe(blame)}</button>') if blame else ""
     return (f'<td class="el-cell el-{safe(cell.outcome)}" tabindex="0" data-qid="{cell.qid}" data-method="{safe(cell.method)}" '
-            f'data-flags="{safe(" ".join(cell.flags))}" title="{safe(title)}">{OUTCOME_MARKS.get(cell.outcome, "?")}{flags}</td>')
+            f'data-flags="{safe(" ".join(cell.flags))}" title="{safe(title)}">{OUTCOME_MARKS.get(cell.outcome, "?")}{given}{flags}'
+            f'{gold}{button}</td>')
 
 
 def _breakable(method: str) -> str:
@@ -82,17 +91,19 @@ def _breakable(method: str) -> str:
     return safe(method).replace("@", "@<wbr>").replace("+", "+<wbr>").replace(":", ":<wbr>")
 
 
-def grid_html(folder, question_ids: list[int], picked: tuple[int, str] | None = None) -> str:
+def grid_html(folder, question_ids: list[int], picked: tuple[int, str] | None = None, blame: dict | None = None) -> str:
     """The grid: a row per question in ``question_ids`` (filtered and ordered), a column per method with its
-    accuracy; a note when the folder kept no traces."""
+    accuracy; a note when the folder kept no traces. ``blame``: (question, method) -> the label of the cell's "find
+    the decision" button."""
+    blame = blame or {}
     cells = folder.cells()
     head = "".join(f'<th title="{safe(m)}">{_breakable(m)}<br><small>{100 * folder.accuracy(m):.0f}%</small></th>' for m in folder.methods)
     body = []
     for q in question_ids:
         question = folder.question(q)
         short = question if len(question) <= QUESTION_PREVIEW else question[: QUESTION_PREVIEW - 1] + "…"
-        row = "".join(cell_html(cells[(q, m)]).replace('class="el-cell', 'class="el-cell el-picked', 1)
-                      if picked == (q, m) else cell_html(cells[(q, m)]) for m in folder.methods)
+        row = "".join(cell_html(cells[(q, m)], blame.get((q, m))).replace('class="el-cell', 'class="el-cell el-picked', 1)
+                      if picked == (q, m) else cell_html(cells[(q, m)], blame.get((q, m))) for m in folder.methods)
         label = (f'<details><summary title="{safe(question)}"><b>{q}</b> <span class="el-q-short">{safe(short)}</span></summary>'
                  f'<span class="el-q-full">{safe(question)}</span></details>')
         body.append(f'<tr data-qid="{q}"><th scope="row" class="el-q">{label}</th>{row}</tr>')

@@ -137,6 +137,13 @@ def prepare_labels(folder: Folder, method: str, reference: str | None) -> tuple[
     return _labels(folder, method, reference, trace), None
 
 
+def _count(folder: Folder, method: str, reference: str, outcome: str, default: int) -> int:
+    """How many questions ``method`` lost (or won) against ``reference`` in the folder."""
+    if method not in folder.methods or reference not in folder.methods:
+        return default
+    return sum(1 for q in targets(folder, method, reference) if bool((folder.row(q, method) or {}).get("correct")) == (outcome == "won"))
+
+
 def blame_table(folder: Folder, records: dict | None = None) -> list[dict]:
     """The dataset table: per (method, reference, outcome): answers, searched, with a decisive decision, by kind,
     by member, mean position and the positions."""
@@ -151,7 +158,7 @@ def blame_table(folder: Folder, records: dict | None = None) -> list[dict]:
         positions = sorted(d["index"] for d in decisive)
         rows.append({
             "method": method, "reference": reference, "outcome": outcome,
-            "differ": len(targets(folder, method, reference)) if method in folder.methods and reference in folder.methods else len(blames),
+            "answers": _count(folder, method, reference, outcome, len(blames)),
             "searched": len(blames), "decisive": len(decisive),
             "none": sum(1 for b in blames if b.status in ("none", "no-decisions")),
             "budget": sum(1 for b in blames if b.status == "budget"),
