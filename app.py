@@ -253,7 +253,7 @@ def wire_results_tab(results: tabs.ResultsTab, run: tabs.RunTab, tab_box: gr.Tab
         if trace is None:
             return picked | {results.cell_note: note}
         status = (f"Question {data['qid']}, {data['method']} ({results_ui.cell_words(folder, data['qid'], data['method'])}): "
-                  f"replaying its trace ({len(trace.tokens)} tokens). Click any token.")
+                  f"replaying this answer of the evaluation ({len(trace.tokens)} tokens). Click any token.")
         return (updates(run, replay.replay(request, trace, status)) | updates(run, replay.cleared_inspector())
                 | replay.form_updates(run, trace) | picked | {results.cell_note: note, tab_box: gr.Tabs(selected="run")})
 

@@ -36,7 +36,7 @@ COMMITTED_RUN = project_file("docs/results/gsm8k-60-traced/")
 """The project's GSM8K run with every answer's trace (docs/results.md), opened by the tab's button."""
 MAX_ZIP_BYTES = 256 * 1024 * 1024  # unpacked
 MAX_ZIP_FILES = 20_000
-_MEMBER = re.compile(r"(?:[^/]+/)?(meta\.json|rows\.jsonl|summary\.csv|traces/[^/]+/\d+\.json\.gz)")
+_MEMBER = re.compile(r"(?:[^/]+/)?(meta\.json|rows\.jsonl|summary\.csv|blame\.jsonl|traces/[^/]+/\d+\.json\.gz|blame/[^/]+/\d+-\d+\.json\.gz)")
 FILTER_CHOICES = [(text, key) for key, text in FILTERS.items()]
 SORT_CHOICES = [(text, key) for key, text in SORTS.items()]
 
@@ -85,7 +85,7 @@ UNPACKED_PREFIX = "ensemble-lens-eval-"
 def unpack_folder(path: str | Path) -> Path:
     """An uploaded ``.zip`` of an evaluation folder, unpacked into a fresh temporary folder. Only the files an
     evaluation folder holds are taken (meta.json, rows.jsonl, summary.csv, traces/*/N.json.gz, at the top or in
-    one folder), within size and count limits; nothing else in the archive is written anywhere. A damaged trace
+    one folder; blame.jsonl and blame/*/N-M.json.gz, the attributions), within size and count limits; nothing else in the archive is written anywhere. A damaged trace
     is left out (its answer then has no trace); any other damaged file refuses the upload, and a refused upload
     leaves no folder behind."""
     try:
@@ -110,7 +110,7 @@ def unpack_folder(path: str | Path) -> Path:
                     with archive.open(member) as src:
                         data = src.read(MAX_ZIP_BYTES + 1)  # never more than the header's size (which was summed)
                 except _DAMAGED:
-                    if relative.startswith("traces/"):
+                    if relative.startswith(("traces/", "blame/")):
                         continue  # a damaged trace counts as none: its answer opens without one
                     raise EvaluationError(f"{relative} in the .zip is damaged (it does not unpack to what its header "
                                           "says), so the folder is not opened.") from None

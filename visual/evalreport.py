@@ -15,6 +15,7 @@ from urllib.parse import quote
 from ensemble.errors import OutputError
 from ensemble.files import write_output
 
+from .blame import BLAME_CSS, blame_figure, blame_table_html
 from .escape import safe
 from .evalstats import stats_figures, stats_html
 from .explorer import EXPLORER_CSS, answer_html, grid_html
@@ -84,7 +85,8 @@ def _write_page(out: Path, relative: str, html: str) -> None:
 
 
 def explorer_sections(folder, stats: dict, views: dict[str, list[int]], filters: dict[str, str], sorts: dict[str, str],
-                      out: str | Path | None = None, paged: set[int] | frozenset = frozenset()) -> tuple[str, list]:
+                      out: str | Path | None = None, paged: set[int] | frozenset = frozenset(),
+                      blame_rows: list[dict] | None = None) -> tuple[str, list]:
     """(HTML of the grid, its panel and the statistics' tables; the statistics' figures).
 
     Args:
@@ -93,6 +95,8 @@ def explorer_sections(folder, stats: dict, views: dict[str, list[int]], filters:
         views: ``"filter|ensemble|order"`` -> the questions shown, in order (the engine's ``filter_questions``).
         filters, sorts: the filters' and orders' keys and labels.
         out: the folder to write answer pages into; ``paged``: the questions whose traced answers get one.
+        blame_rows: the attribution table (``ensemble.evaluation.blame_store.blame_table``): which decision changed
+            the answers, over the dataset.
     """
     ensembles = folder.ensembles() or [""]
     answers = {}
@@ -120,4 +124,9 @@ def explorer_sections(folder, stats: dict, views: dict[str, list[int]], filters:
     statistics = "<h2>Decision statistics</h2>" + (stats_html(stats) if folder.has_traces else
                                                     f'<p class="el-muted">{safe(folder.traces_note)}</p>')
     figures = stats_figures(stats) if folder.has_traces else []
-    return f"<style>{EXPLORER_CSS}</style>{grid}{statistics}", figures
+    if blame_rows:
+        statistics += "<h2>Which decision changed the answer</h2>" + blame_table_html(blame_rows)
+        chart = blame_figure(blame_rows)
+        if chart is not None:
+            figures.append(chart)
+    return f"<style>{EXPLORER_CSS}{BLAME_CSS}</style>{grid}{statistics}", figures

@@ -21,6 +21,7 @@ def write_html_report(out: str | os.PathLike, summary: list[dict], meta: dict, p
         return False
     from visual.evalreport import explorer_sections
 
+    from ..evaluation.blame_store import blame_table
     from ..evaluation.decision_stats import decision_stats
     from ..evaluation.explorer import FILTERS, SORTS, filter_questions, open_folder
 
@@ -29,7 +30,7 @@ def write_html_report(out: str | os.PathLike, summary: list[dict], meta: dict, p
     views = {f"{k}|{e}|{s}": filter_questions(folder, k, e or None, s)
              for k in FILTERS for e in (folder.ensembles() or [""]) for s in SORTS}
     paged = set(folder.question_ids if pages == "all" else filter_questions(folder, "disagree") if pages == "disagree" else [])
-    extra, figures = explorer_sections(folder, decision_stats(folder), views, FILTERS, SORTS, out, paged)
+    extra, figures = explorer_sections(folder, decision_stats(folder), views, FILTERS, SORTS, out, paged, blame_table(folder))
     write_output(Path(out) / "report.html", report_document([dict(r) for r in summary], title, report_meta(meta), extra, figures))
     return True
 

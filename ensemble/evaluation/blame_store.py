@@ -97,17 +97,17 @@ def run_batch(folder: Folder, methods: list[str], reference: str | None, fork: F
     """Attribute every question where each of ``methods`` and ``reference`` differ, appending to ``blame.jsonl``.
 
     Answers already recorded for the same (question, method, reference) are skipped: rerunning the command
-    continues a cut run. One batch at a time per folder (a lock)."""
+    continues a cut run. One batch at a time per method and folder (a lock)."""
     out = folder.path
-    done = read_blame(out)
     made = []
-    try:
-        lock = file_lock(out / ".blame.lock", wait=False)
-        lock.__enter__()
-    except BlockingIOError:
-        raise EvaluationError("Another blame batch is writing into this folder right now; wait for it to end.") from None
-    try:
-        for method in methods:
+    for method in methods:
+        try:
+            lock = file_lock(out / f".blame-{method_folder(method)}.lock", wait=False)
+            lock.__enter__()
+        except BlockingIOError:
+            raise EvaluationError(f"Another blame batch is attributing {method} in this folder right now; wait for it to end.") from None
+        try:
+            done = read_blame(out)
             first, _ = prepare_labels(folder, method, reference)
             todo = targets(folder, first[0], first[1])
             say(f"{first[0]} against {first[1]}: {len(todo)} questions differ in correctness")
@@ -123,8 +123,8 @@ def run_batch(folder: Folder, methods: list[str], reference: str | None, fork: F
                 record(out, blame)
                 made.append(blame)
                 say(f"  [{n}/{len(todo)}] {blame.summary()}")
-    finally:
-        lock.__exit__(None, None, None)
+        finally:
+            lock.__exit__(None, None, None)
     return made
 
 
