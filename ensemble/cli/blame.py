@@ -86,7 +86,7 @@ def cmd_blame(args) -> int:
     if args.members:
         from ..evaluation.blame_members import member_attribution
 
-        members = member_attribution(folder, args.qid, blame.method, pool, say)
+        members = member_attribution(folder, args.qid, blame.method, pool=pool, say=say)
     if args.json:
         print(json.dumps({**blame.to_dict(), "members": members}, ensure_ascii=False, indent=1))
         return 0

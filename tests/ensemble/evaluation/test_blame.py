@@ -135,3 +135,21 @@ def test_the_command_says_plainly_when_there_is_nothing_to_attribute(capsys):
     assert "both wrong: there is no change of outcome to attribute" in err and "Traceback" not in err
     assert cli_main(["blame", str(FIXTURE), "--qid", "7"]) == 2
     assert "Question 7 is not in this evaluation" in capsys.readouterr().err
+
+
+def test_member_attribution_runs_each_member_alone_and_reads_what_the_evaluation_holds(lost):
+    from ensemble.evaluation.blame_members import member_attribution, plans
+
+    asked = []
+
+    def run(method, members, settings, prompt):
+        asked.append((method, members, settings.drafter, settings.max_new_tokens))
+        return "The answer is 71." if members == ["smollm2"] else "The answer is 5."
+
+    found = member_attribution(open_folder(lost), 0, "safe-unite", run)
+    assert asked == [("single", ["smollm2"], None, 64)]  # qwen alone is the evaluation's own row
+    assert [(e["label"], e["prediction"], e["correct"], e["flips"]) for e in found] == [
+        ("qwen alone (= without smollm2)", "71", True, True), ("smollm2 alone (= without qwen)", "71", True, True)]
+    assert plans(["qwen", "smollm2", "gemma3"], "safe")[3:] == [
+        ("without qwen", "safe", ["smollm2", "gemma3"]), ("without smollm2", "safe", ["qwen", "gemma3"]),
+        ("without gemma3", "safe", ["qwen", "smollm2"])]
