@@ -153,3 +153,13 @@ def test_member_attribution_runs_each_member_alone_and_reads_what_the_evaluation
     assert plans(["qwen", "smollm2", "gemma3"], "safe")[3:] == [
         ("without qwen", "safe", ["smollm2", "gemma3"]), ("without smollm2", "safe", ["qwen", "gemma3"]),
         ("without gemma3", "safe", ["qwen", "smollm2"])]
+
+
+def test_report_html_holds_the_attribution_table(lost):
+    from ensemble.cli.report import write_html_report
+    from ensemble.evaluation import rebuild_report
+
+    run_batch(open_folder(lost), ["safe-unite"], None, scripted(flip_at=44), say=lambda line: None)
+    rebuild_report(lost, write_html=write_html_report)
+    html = (lost / "report.html").read_text()
+    assert "<h2>Which decision changed the answer</h2>" in html and "sharpening swap 1" in html
