@@ -17,7 +17,7 @@ def client(app_url):
     return Client(app_url, verbose=False)
 
 
-ENDPOINTS = {"run_ensemble", "tokenize", "fork", "explain_token", "explain_answers", "explain_run"}
+ENDPOINTS = {"run_ensemble", "tokenize", "fork", "explain_token", "explain_answers", "explain_run", "blame_answer"}
 
 
 def test_api_lists_exactly_its_endpoints(client):
