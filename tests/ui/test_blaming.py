@@ -40,3 +40,30 @@ def test_a_recorded_attribution_shows_without_forks(lost, monkeypatch):  # noqa:
     assert blaming.blame_marks(folder)[(0, "safe-unite")] == "decisive: #21"
     assert "token #21, a consensus outvote" in blaming.find(folder, 0, "safe-unite")
     assert "both wrong" in blaming.find(folder, 1, "safe-unite")
+
+
+def test_blame_answer_reads_the_shipped_attribution_of_question_411(monkeypatch):
+    """The committed run's blame.jsonl (docs/results.md, issue 38): question 411, lost by the default ensemble, has
+    no single decisive decision; the API answers from the record, no model loaded."""
+    import gradio as gr
+    import pytest
+
+    monkeypatch.setattr(blaming, "model_forks", lambda pool: pytest.fail("a recorded attribution needs no fork"))
+    found = blaming.blame_answer("411", "safe-unite@qwen+smollm2")
+    assert (found["status"], found["outcome"], found["reference"], found["decisive"]) == ("none", "lost", "single:qwen", None)
+    assert [(e["index"], e["kind"], e["prediction"]) for e in found["tried"]] == [
+        (1, "outvote", "2700"), (32, "outvote", "4"), (67, "sharpening", "470")]
+    with pytest.raises(gr.Error, match="both"):
+        blaming.blame_answer(23, "safe-unite@qwen+smollm2")
+
+
+def test_the_pair_view_and_the_cell_say_what_each_answer_is(lost):  # noqa: F811
+    from ui import results
+    from visual.explorer import cell_html
+
+    folder = open_folder(lost)
+    html = results.parting_view(folder, 0, "single:qwen", "safe-unite")
+    assert ("<b>Question 0</b>: single:qwen answered 71, gold 71: right; safe-unite answered 3, gold 71: wrong." in html)
+    cell = cell_html(folder.cells()[(0, "safe-unite")], "find the decision")
+    assert '>✗ <span class="el-given">3</span>' in cell and '<small class="el-gold">#0 · gold 71</small>' in cell
+    assert 'data-blame="1"' in cell
