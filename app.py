@@ -241,14 +241,13 @@ def wire_results_tab(results: tabs.ResultsTab, run: tabs.RunTab, tab_box: gr.Tab
     for control in grid_inputs:
         control.input(on_filter, inputs=grid_inputs, outputs=[results.grid], api_visibility="private")
 
-    def on_cell(request: gr.Request, evt: gr.EventData, progress=gr.Progress()):
+    def on_cell(request: gr.Request, evt: gr.EventData):
         folder, data = config.session(request).evaluation, click_data(evt)
         picked = {}  # the pair view's question and method B follow the grid's click
         if folder is not None and data.get("qid") in folder.question_ids and data.get("method") in folder.methods:
             picked = {results.part_qid: gr.update(value=data["qid"]), results.part_b: gr.update(value=data["method"])}
         if data.get("action") == "blame":
-            return picked | {results.blame_view: blaming.find(folder, data.get("qid"), data.get("method"), progress=progress),
-                             results.cell_note: ""}
+            return picked | {results.blame_view: blaming.ask(folder, data.get("qid"), data.get("method")), results.cell_note: ""}
         trace, note = results_ui.open_cell(folder, data)
         if trace is None:
             return picked | {results.cell_note: note}
@@ -262,6 +261,12 @@ def wire_results_tab(results: tabs.ResultsTab, run: tabs.RunTab, tab_box: gr.Tab
                                                   results.part_b, results.blame_view],
                                 api_visibility="private")
     opened.then(None, js=tabs.SCROLL_TO_STRIP_JS)  # the grid was scrolled far down: the answer's strip comes into view
+
+    def on_asked(request: gr.Request, progress=gr.Progress()):  # a cell's "find the decision" that needs forks
+        html = blaming.run_asked(config.session(request).evaluation, progress)
+        return gr.skip() if html is None else html
+
+    opened.then(on_asked, outputs=[results.blame_view], concurrency_id="engine", api_visibility="private")
     results.part_button.click(on_part, inputs=[results.part_qid, results.part_a, results.part_b], outputs=[results.part_view],
                               api_visibility="private")
 

@@ -98,6 +98,34 @@ def find(folder: Folder | None, qid, method, reference=None, progress=None) -> s
     return blame_html(known.to_dict(), known.summary())
 
 
+def _needs_forks(folder: Folder, qid, method) -> bool:
+    try:
+        blame, _ = prepare(folder, int(qid), str(method or ""), None)
+    except (EnsembleError, ValueError, TypeError):
+        return False  # find() says why, at once
+    known = _state(folder)["records"].get((blame.qid, blame.method, blame.reference))
+    return known is None or (known.status == "budget" and len(known.tried) < APP_MAX_FORKS)
+
+
+def ask(folder: Folder | None, qid, method) -> str:
+    """A grid cell's "find the decision": a recorded attribution at once; otherwise a note, and the search is left
+    for :func:`run_asked` (the app runs it next, in the queue of runs that load models)."""
+    if folder is not None and _needs_forks(folder, qid, method):
+        folder._blame_asked = (qid, method)
+        return (f'<p class="el-muted">Question {visual.safe(qid)}, {visual.safe(method)}: reverting the ensemble\'s decisions '
+                f"one at a time, earliest first (at most {APP_MAX_FORKS} forks, each a whole continuation)…</p>")
+    return find(folder, qid, method)
+
+
+def run_asked(folder: Folder | None, progress=None):
+    """The search :func:`ask` left, as HTML; None when there is none."""
+    asked = getattr(folder, "_blame_asked", None) if folder is not None else None
+    if asked is None:
+        return None
+    folder._blame_asked = None
+    return find(folder, *asked, progress=progress)
+
+
 def decisive_fork(folder: Folder, qid: int, method: str, index: int) -> RunTrace | None:
     return _state(folder)["forks"].get((qid, method, index)) or load_fork(folder.path, qid, method, index)
 

@@ -67,3 +67,13 @@ def test_the_pair_view_and_the_cell_say_what_each_answer_is(lost):  # noqa: F811
     cell = cell_html(folder.cells()[(0, "safe-unite")], "find the decision")
     assert '>✗ <span class="el-given">3</span>' in cell and '<small class="el-gold">#0 · gold 71</small>' in cell
     assert 'data-blame="1"' in cell
+
+
+def test_a_cell_asks_and_the_search_runs_next(lost, monkeypatch):  # noqa: F811
+    fork = scripted(flip_at=44)
+    monkeypatch.setattr(blaming, "model_forks", lambda pool: fork)
+    folder = open_folder(lost)
+    note = blaming.ask(folder, 0, "safe-unite")
+    assert "reverting the ensemble" in note and fork.asked == []  # the click answers at once, no fork yet
+    assert "token #44" in blaming.run_asked(folder) and blaming.run_asked(folder) is None
+    assert "token #44" in blaming.ask(folder, 0, "safe-unite") and len(fork.asked) == 2  # now recorded: no new fork
