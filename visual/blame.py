@@ -11,8 +11,6 @@ from .escape import safe, whitespace
 
 KIND_NAMES = {"outvote": "consensus outvote", "sharpening": "sharpening swap", "fused": "fused replacement",
               "segment": "SpecEM segment"}
-STATUS_WORDS = {"decisive": "decisive decision found", "none": "no single decision decisive",
-                "budget": "fork budget spent first", "no-decisions": "no decision changed the drafter's token"}
 
 BLAME_CSS = """
 .el-blame { font-size: 11px; padding: 0 4px; margin-left: 4px; border-radius: 3px; cursor: pointer;
@@ -50,10 +48,7 @@ def blame_html(blame: dict, summary: str) -> str:
     table = ("<table class='el-blame-table'><thead><tr><th>token</th><th>kind</th><th>drafter's key → ensemble's</th>"
              "<th>carried by</th><th>reverted, it answers</th><th>outcome</th></tr></thead><tbody>"
              + "".join(rows) + "</tbody></table>") if rows else ""
-    cost = blame.get("cost") or {}
-    spent = (f'<p class="el-muted">Cost: {int(cost.get("forks") or 0)} fork(s), {int(cost.get("tokens") or 0)} tokens, '
-             f'{float(cost.get("seconds") or 0):.0f} s.</p>')
-    return f'<div class="el-explain el-blame-view"><p><b>{safe(summary)}</b></p>{button}{table}{more}{spent}</div>'
+    return f'<div class="el-explain el-blame-view"><p><b>{safe(summary)}</b></p>{button}{table}{more}</div>'
 
 
 def outcome_line(blame: dict) -> str:

@@ -47,10 +47,12 @@ def test_from_a_lost_cell_to_its_decisive_token_in_two_clicks(page, tmp_path):
     page.wait_for_selector("#blame-view [data-open-token]")
     assert "the decisive decision is token #44, a sharpening swap" in page.locator("#blame-view").inner_text()
     assert page.locator("#part-qid input").input_value() == "0"  # the pair view took the grid's question
+    page.locator("#blame-view").screenshot(path=str(tmp_path / "blame-view.png"))  # to look at
     page.locator("#blame-view [data-open-token]").click()  # click 2
     page.wait_for_selector('#strip .el-tok.el-selected[data-i="44"]')
     page.wait_for_function("() => (document.querySelector('#explanation')?.innerText || '').length > 10")
     fork = page.locator("#fork-view").inner_text()
     assert "it answers 71 (right)" in fork and "The answer is 71." in fork
+    page.screenshot(path=str(tmp_path / "blame-run-tab.png"), full_page=True)
     status = page.locator("#status").inner_text()
     assert "Question 0, safe-unite: answered 3, gold 71 (wrong)" in status
