@@ -128,6 +128,16 @@ def test_real_forks_revert_with_the_drafters_key_and_the_method_going_on(lost, t
     record(lost, blame)
     assert read_blame(lost)[(0, "safe-unite", "single:qwen")].tried[0]["continuation"] == entry["continuation"]
 
+    from ensemble.evaluation.blame_members import pool_runner
+    from ensemble.settings import Settings
+
+    class Pool:  # the tiny models under the run's names
+        def get_many(self, names):
+            return [{"qwen": tiny["qwen"], "smollm2": tiny["smollm2"]}[n] for n in names]
+
+    text = pool_runner(Pool())("safe", ["qwen", "smollm2"], Settings(max_new_tokens=3, drafter="tiny-qwen"), "2+2?")
+    assert isinstance(text, str) and text
+
 
 def test_the_command_says_plainly_when_there_is_nothing_to_attribute(capsys):
     assert cli_main(["blame", str(FIXTURE), "--qid", "1", "--method", "safe-unite"]) == 2
