@@ -258,7 +258,8 @@ def grade(text: str, gold: str | None) -> tuple[str | None, bool]:
 
 def search(blame: Blame, trace: RunTrace, fork: ForkFn, max_forks: int = DEFAULT_MAX_FORKS,
            progress: Callable[[int, int, dict], None] | None = None, keep: Callable[[int, RunTrace], None] | None = None) -> Blame:
-    """Revert the decisions earliest first until one flips the outcome or ``max_forks`` forks ran.
+    """Revert the decisions earliest first until one flips the outcome or ``max_forks`` forks ran (counting those
+    ``blame.tried`` already holds, which are not run again).
 
     Args:
         fork: runs one fork (``fork(trace, at, force)``) to its end.
@@ -267,10 +268,13 @@ def search(blame: Blame, trace: RunTrace, fork: ForkFn, max_forks: int = DEFAULT
     """
     blame.max_forks = max_forks
     planned = min(len(blame.decisions), max_forks)
-    runs = 0
+    done = {t["index"] for t in blame.tried}  # a search continued from its record (a larger --max-forks) skips these
+    runs = len(blame.tried)
     for c in blame.decisions:
         if blame.decisive is not None or runs >= max_forks:
             break
+        if c["index"] in done:
+            continue
         at, chars = fork_point(trace, c["index"])
         started = time.monotonic()
         if c["draft"] == EOS:

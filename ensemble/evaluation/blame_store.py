@@ -97,7 +97,7 @@ def run_batch(folder: Folder, methods: list[str], reference: str | None, fork: F
     """Attribute every question where each of ``methods`` and ``reference`` differ, appending to ``blame.jsonl``.
 
     Answers already recorded for the same (question, method, reference) are skipped: rerunning the command
-    continues a cut run. One batch at a time per method and folder (a lock)."""
+    continues a cut run; a rerun with a larger ``max_forks`` continues the searches that ran out of forks. One batch at a time per method and folder (a lock)."""
     out = folder.path
     made = []
     for method in methods:
@@ -112,10 +112,13 @@ def run_batch(folder: Folder, methods: list[str], reference: str | None, fork: F
             todo = targets(folder, first[0], first[1])
             say(f"{first[0]} against {first[1]}: {len(todo)} questions differ in correctness")
             for n, qid in enumerate(todo, 1):
-                if (qid, first[0], first[1]) in done:
+                old = done.get((qid, first[0], first[1]))
+                if old is not None and not (old.status == "budget" and len(old.tried) < max_forks):
                     say(f"  [{n}/{len(todo)}] question {qid}: already attributed")
                     continue
                 blame, trace = prepare(folder, qid, first[0], first[1])
+                if old is not None:  # a larger --max-forks continues the recorded search (the newest line wins)
+                    blame.tried, blame.cost = old.tried, old.cost
                 search(blame, trace, fork, max_forks,
                        progress=lambda i, k, e, q=qid: say(f"    question {q}: decision {i}/{k} (token #{e['index']}, "
                                                              f"{e['kind']}) -> {e['prediction']}{' FLIPS' if e['flipped'] else ''}"),

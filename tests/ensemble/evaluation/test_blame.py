@@ -173,3 +173,14 @@ def test_report_html_holds_the_attribution_table(lost):
     rebuild_report(lost, write_html=write_html_report)
     html = (lost / "report.html").read_text()
     assert "<h2>Which decision changed the answer</h2>" in html and "sharpening swap 1" in html
+
+
+def test_a_larger_budget_continues_a_recorded_search_without_redoing_its_forks(lost):
+    first = scripted(flip_at=47)
+    run_batch(open_folder(lost), ["safe-unite"], None, first, max_forks=1, say=lambda line: None)
+    assert read_blame(lost)[(0, "safe-unite", "single:qwen")].status == "budget" and first.asked == [(21, ".\n")]
+    more = scripted(flip_at=47)
+    run_batch(open_folder(lost), ["safe-unite"], None, more, max_forks=3, say=lambda line: None)
+    blame = read_blame(lost)[(0, "safe-unite", "single:qwen")]
+    assert more.asked == [(44, " to"), (47, " to")]  # #21 was not forked again
+    assert blame.decisive == 47 and blame.not_decisive() == [21, 44] and blame.cost["forks"] == 3
