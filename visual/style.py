@@ -111,13 +111,13 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
    after it hides it (the round's decisions take its place), so the streamed strip stays append-only; while the run
    streams, a replaced draft is drawn struck before the key that replaced it (data-draft). */
 .el-draft { white-space: pre-wrap; font-style: italic; opacity: 0.75; border-radius: 3px; cursor: progress;
-  outline: 1.5px dashed rgba(128, 128, 128, 0.9); outline-offset: -1px; padding: 1px 1px;
+  outline: 2px dashed color-mix(in srgb, currentColor 60%, transparent); outline-offset: -2px; padding: 1px 2px;
   -webkit-box-decoration-break: clone; box-decoration-break: clone; }
 .el-draft.code { font-family: var(--el-mono); font-size: 0.92em; }
 .el-draft:has(~ .el-tok) { display: none; }
 .el-draft ~ .el-tok.ensembled_replaced[data-draft]::before { content: attr(data-draft); font-style: italic;
   text-decoration: line-through 2px; opacity: 0.6; margin-right: 0.2em; }
-.el-large .el-draft { outline-width: 2.5px; }
+.el-large .el-draft { outline-width: 3px; outline-offset: -3px; }
 .el-swatch.el-draft { opacity: 0.85; }
 .ws { opacity: 0.45; }
 .el-legend { display: flex; flex-wrap: wrap; gap: 6px 16px; align-items: center; font-size: 13px; margin: 4px 0; }
