@@ -54,6 +54,27 @@ def test_drafts_precede_and_agree_with_the_verified_tokens(tiny, name):
     assert replaced == trace.stats.decisions.get("ensembled_replaced")
 
 
+def passes_before_first_shown(job: EnsembleRun) -> dict[str, tuple[int, int]]:
+    """Each member's forward passes and tokens computed when the run's first token (drafted or verified) streamed."""
+    for event in job.events():
+        if isinstance(event, DraftEvent | TokenEvent):
+            seen = {a.name: (a.stats.passes, a.stats.tokens) for a in job.adapters}
+            break
+    for _ in job.events():
+        pass
+    return seen
+
+
+def test_safes_first_shown_token_costs_what_the_drafter_alones_first_token_costs(tiny):
+    """What makes SAFE's first token on screen come when the drafter alone's does: the same work before it (the
+    drafter reads the prompt and draws one token; no verifier has computed anything), whatever the machine's load."""
+    models = [tiny["qwen"], tiny["smollm2"], tiny["gemma3"]]
+    settings = Settings(max_new_tokens=4, stop_strings=[])
+    alone = passes_before_first_shown(EnsembleRun(models[:1], PROMPT, "single", settings))
+    safe = passes_before_first_shown(EnsembleRun(models, PROMPT, "safe", settings))
+    assert safe == {**alone, "tiny-smollm2": (0, 0), "tiny-gemma3": (0, 0)}
+
+
 def test_only_safe_streams_drafts_and_the_first_comes_first(tiny):
     models = [tiny["qwen"], tiny["smollm2"]]
     events = list(EnsembleRun(models, PROMPT, "safe", Settings(max_new_tokens=8, stop_strings=[])).events())
