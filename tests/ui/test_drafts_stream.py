@@ -37,3 +37,10 @@ def test_the_strip_shows_drafts_then_their_decisions_append_only(tiny):
     assert replaced and final.count(" data-draft=") == len(replaced)  # the draft each fused key replaced, to strike
     legend = visual.legend_html(method, job.trace.models, job.trace.settings, drafts=True)
     assert 'class="el-swatch el-draft"' in legend and "being checked" in legend
+
+
+def test_a_draft_is_escaped_like_any_model_output():
+    text = 'ok <img src=x onerror="alert(1)">${x}`'
+    html = visual.draft_html(text, 3, len(text), "<b>m</b>", 2)
+    assert "<img" not in html and "<b>" not in html and "${" not in html and "`" not in html
+    assert html.startswith('<span class="el-draft" title="being checked: &lt;b&gt;m&lt;/b&gt;&#x27;s draft in round 2')
