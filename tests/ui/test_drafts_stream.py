@@ -44,3 +44,16 @@ def test_a_draft_is_escaped_like_any_model_output():
     html = visual.draft_html(text, 3, len(text), "<b>m</b>", 2)
     assert "<img" not in html and "<b>" not in html and "${" not in html and "`" not in html
     assert html.startswith('<span class="el-draft" title="being checked: &lt;b&gt;m&lt;/b&gt;&#x27;s draft in round 2')
+
+
+def test_a_safe_fork_shows_its_drafts_being_checked_then_the_verified_text(tiny):
+    from ensemble.trace import RunTrace
+    from tests.conftest import FIXTURES
+    from ui.forking import fork_stream
+
+    trace = RunTrace.from_json((FIXTURES / "golden" / "safe.json").read_bytes())
+    models = {f"tiny-{name}": model for name, model in tiny.items()}
+    views = list(fork_stream(trace, 10, "safe", lambda names: list(names), lambda names: [models[n] for n in names],
+                             lambda loaded: None, threading.Event()))
+    assert 'class="el-draft"' in views[1].fork_view  # after "Loading": the first drafted token, before any is verified
+    assert "el-draft" not in views[-1].fork_view and "Fork done" in views[-1].fork_view
