@@ -62,6 +62,7 @@ class DraftEvent:
 @dataclass
 class RoundEvent:
     record: RoundRecord
+    provisional: ClassVar[bool] = False
 
 
 @dataclass
@@ -73,6 +74,7 @@ class StatusEvent:
 
     message: str
     data: dict = field(default_factory=dict)
+    provisional: ClassVar[bool] = False
 
 
 CHAR_EXTRA = 3
