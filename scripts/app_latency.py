@@ -3,8 +3,9 @@
     python scripts/app_latency.py [--methods single,safe,specem] [--repeat 3] [--backends local,ray]
 
 It serves the app in this process with warm models, presses Run through Gradio's queue protocol (the calls
-the browser makes), and reads the streamed updates. The first token counts from the request to the first
-strip update that holds a token; "first draft" (SpecEM, SAFE) to the first status line showing a model's draft, which
+the browser makes), and reads the streamed updates, the methods' presses interleaved. The first token counts from
+the request to the first strip update that holds a token (for SAFE a drafted token being checked); "first verified"
+to the first one that holds a decided token; "first draft" (SpecEM, SAFE) to the first status line showing a model's draft, which
 comes before the round's vote commits a segment; "bytes" are the sizes of the strip diffs Gradio sends (appends
 only).
 """
@@ -40,7 +41,7 @@ def press_run(root: str, method: str, models: list[str], max_new_tokens: int, pr
             "trigger_id": dep["targets"][0][0], "session_hash": session, "event_data": None}
     started = time.perf_counter()
     httpx.post(f"{root}/gradio_api/queue/join", json=body).raise_for_status()
-    first, first_draft, diffs, final = None, None, [], ""
+    first, verified, first_draft, diffs, final = None, None, None, [], ""
     with httpx.stream("GET", f"{root}/gradio_api/queue/data?session_hash={session}", timeout=600) as response:
         for line in response.iter_lines():
             if not line.startswith("data:"):
@@ -51,7 +52,9 @@ def press_run(root: str, method: str, models: list[str], max_new_tokens: int, pr
                 if diff:
                     diffs.append(diff)
                 if first is None and any(op[0] == "append" and op[2] for op in diff):
-                    first = time.perf_counter() - started
+                    first = time.perf_counter() - started  # the first token on the strip: a draft being checked (SAFE)
+                if verified is None and any(op[0] == "append" and "el-tok" in str(op[2]) for op in diff):
+                    verified = time.perf_counter() - started
                 status = message["output"]["data"][1]  # SpecEM shows each draft there before its round's vote
                 if first_draft is None and " drafted " in json.dumps(status):
                     first_draft = time.perf_counter() - started
@@ -61,7 +64,7 @@ def press_run(root: str, method: str, models: list[str], max_new_tokens: int, pr
                 final = message["output"]["data"][0]
                 break
     sizes = [len(json.dumps(d)) for d in diffs]
-    return {"first_token_s": first, "first_draft_s": first_draft, "diffs": diffs, "final": final, "updates": len(diffs), "bytes_sent": sum(sizes),
+    return {"first_token_s": first, "first_verified_s": verified, "first_draft_s": first_draft, "diffs": diffs, "final": final, "updates": len(diffs), "bytes_sent": sum(sizes),
             "final_strip_bytes": len(final), "largest_update": max(sizes, default=0)}
 
 
@@ -111,24 +114,27 @@ def main() -> None:
         config.POOL, config.BACKEND = pools[backend]
         for runtime in runtimes:
             press_run(root, "unite", models, 2, runtime=runtime)
-    print(f"{'method':<8} {'runtime':<13} {'backend':<8} {'first token (median s)':>22} {'first draft':>11} {'updates':>8} "
-          f"{'bytes sent':>11} {'final strip':>12} {'largest':>8}")
-    for method in args.methods.split(","):
-        for runtime in runtimes:
+    print(f"{'method':<8} {'runtime':<13} {'backend':<8} {'first token (median s)':>22} {'first verified':>14} "
+          f"{'first draft':>11} {'updates':>8} {'bytes sent':>11} {'final strip':>12} {'largest':>8}")
+    methods = args.methods.split(",")
+    runs: dict[tuple, list] = {(m, r, b): [] for m in methods for r in runtimes for b in backends}
+    for i in range(args.repeat):  # the methods interleaved (each press a new prompt), their order turned each time
+        for method in methods[i % len(methods):] + methods[: i % len(methods)]:
             chosen = models[:1] if is_one_model(method) else models
-            runs: dict[str, list] = {b: [] for b in backends}
-            for _ in range(args.repeat):  # the same prompt on every backend, the backends interleaved
+            for runtime in runtimes:
                 prompt = next(prompts)
-                for backend in backends:
+                for backend in backends:  # the same prompt on every backend, the backends interleaved
                     config.POOL, config.BACKEND = pools[backend]
-                    runs[backend].append(press_run(root, method, chosen, args.max_new_tokens, prompt=prompt, runtime=runtime))
-            for backend in backends:
-                first = statistics.median(r["first_token_s"] for r in runs[backend])
-                last = runs[backend][-1]
-                drafts = [r["first_draft_s"] for r in runs[backend] if r["first_draft_s"] is not None]
-                shown = f"{statistics.median(drafts):.2f}" if drafts else "-"
-                print(f"{method:<8} {runtime:<13} {backend:<8} {first:>22.2f} {shown:>11} {last['updates']:>8} "
-                      f"{last['bytes_sent']:>11} {last['final_strip_bytes']:>12} {last['largest_update']:>8}")
+                    runs[method, runtime, backend].append(
+                        press_run(root, method, chosen, args.max_new_tokens, prompt=prompt, runtime=runtime))
+    for (method, runtime, backend), done in runs.items():
+        first = statistics.median(r["first_token_s"] for r in done)
+        verified = statistics.median(r["first_verified_s"] for r in done)
+        last = done[-1]
+        drafts = [r["first_draft_s"] for r in done if r["first_draft_s"] is not None]
+        shown = f"{statistics.median(drafts):.2f}" if drafts else "-"
+        print(f"{method:<8} {runtime:<13} {backend:<8} {first:>22.2f} {verified:>14.2f} {shown:>11} {last['updates']:>8} "
+              f"{last['bytes_sent']:>11} {last['final_strip_bytes']:>12} {last['largest_update']:>8}")
     app.demo.close()
 
 

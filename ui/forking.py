@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 import visual
 from ensemble.errors import EnsembleError
 from ensemble.fork import compare_continuations, fork_request
-from ensemble.methods import EnsembleRun, TokenEvent
+from ensemble.methods import DraftEvent, EnsembleRun, TokenEvent
 from ensemble.models.runtimes import split_runtime
 from ensemble.trace import RunTrace
 
@@ -43,14 +43,19 @@ def fork_stream(trace: RunTrace | None, at, method: str, offer: Callable[[list[s
     at, chars = request.fork["at"], request.fork["chars"]
     label = visual.forks.run_label(job.trace)
     kept = visual.kept_html(job.trace, False)
-    last = 0.0
+    last, verified = 0.0, ""
     try:
         for event in job.events():
             now = time.perf_counter()
-            if isinstance(event, TokenEvent) and now - last >= STREAM_INTERVAL:
+            if isinstance(event, TokenEvent):
+                verified = event.text[chars:]
+            if isinstance(event, TokenEvent | DraftEvent) and now - last >= STREAM_INTERVAL:
                 last = now
+                # a SAFE fork's drafts shown being checked after the verified text (they are not part of it yet)
+                drafted = event.text[chars + len(verified):] if isinstance(event, DraftEvent) else ""
+                draft = f'<span class="el-draft">{visual.whitespace(drafted, False)}</span>' if drafted else ""
                 yield ForkView(f'<div class="el-explain"><p>Forking at token #{at}: {visual.safe(label)} is writing…</p>'
-                               f'<div class="el-fork-side">{kept}{visual.whitespace(event.text[chars:], False)}</div></div>')
+                               f'<div class="el-fork-side">{kept}{visual.whitespace(verified, False)}{draft}</div></div>')
     except Exception as exc:  # noqa: BLE001 - a failing member must not take the app down
         kind = "" if isinstance(exc, EnsembleError) else f"{type(exc).__name__}: "
         yield ForkView(visual.error_html(f"The fork failed: {kind}{exc}"))

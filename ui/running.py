@@ -17,7 +17,7 @@ import gradio as gr
 import visual
 from ensemble.capabilities import verifies_drafter
 from ensemble.errors import EnsembleError
-from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
+from ensemble.methods import DraftEvent, EnsembleRun, RoundEvent, StatusEvent, TokenEvent
 from ensemble.preflight import preflight
 from ensemble.trace import RunTrace
 from ensemble.trace.readable import STOP_WORDS, ensembled_text
@@ -31,19 +31,50 @@ STREAM_INTERVAL = 0.2  # seconds between streamed updates (about 5 per second)
 
 
 class Pending:
-    """Committed tokens not on the strip yet, and the response text they are drawn from (the newest event's)."""
+    """What is not on the strip yet: committed tokens (``records``, drawn from the newest event's ``text``) and SAFE's
+    drafts being checked, in the order they came; ``verified`` is the strip of the verified tokens alone."""
 
     def __init__(self, builder: visual.StripBuilder):
         self.builder, self.records, self.text = builder, [], ""
+        self.ready, self.verified = "", ""  # HTML in order, not sent yet; the strip without drafts
+        self.shown = 0  # where the text drawn on the strip (and in ``ready``) ends, verified or drafted
+        self.unsent = 0  # records drawn into ``ready``
+
+    @property
+    def waiting(self) -> bool:
+        return bool(self.records or self.ready)
+
+    @property
+    def not_sent(self) -> int:
+        """Committed records not on the browser's strip yet."""
+        return len(self.records) + self.unsent
 
     def add(self, event: TokenEvent) -> None:
         self.records.append(event.record)
         self.text = event.text
 
+    def add_draft(self, event: DraftEvent) -> None:
+        """A drafted token, drawn as being checked; with it any committed text no record has released yet (records
+        wait while a stop string could still cut them), so the draft is shown where it stands."""
+        self._draw_records()  # verified tokens go before the next round's drafts (a token after a draft hides it)
+        start = min(self.shown, event.start)
+        if event.end > start:
+            self.ready += visual.draft_html(event.text, start, event.end, event.model, event.round)
+            self.shown = event.end
+
+    def _draw_records(self) -> None:
+        if self.records:
+            html = self.builder.add(self.records, self.text)
+            self.ready += html
+            self.verified += html
+            self.unsent += len(self.records)
+            self.shown = self.records[-1].end  # the drafts before them are hidden now
+            self.records.clear()
+
     def drawn(self) -> str:
-        """The strip's HTML of the pending tokens; they are on the strip from now on."""
-        html = self.builder.add(self.records, self.text)
-        self.records.clear()
+        """The strip's HTML of what is pending; it is on the strip from now on."""
+        self._draw_records()
+        html, self.ready, self.unsent = self.ready, "", 0
         return html
 
 
@@ -77,7 +108,8 @@ def run_stream(prompt, method, model_names, drafter, settings_values: dict, requ
         return
     session.running, session.trace = job.trace, None
     running = visual.status_html(" · ".join(job.trace.warnings) or f"Running {method} on {', '.join(job.trace.models)}…")
-    started = view._replace(status=running, legend=visual.legend_html(method, job.trace.models, job.trace.settings))
+    drafts = verifies_drafter(method) and len(job.trace.models) > 1  # SAFE shows its drafts being checked
+    started = view._replace(status=running, legend=visual.legend_html(method, job.trace.models, job.trace.settings, drafts=drafts))
     yield started
     view, pending = started, Pending(visual.StripBuilder(method, job.trace.models))
     try:
@@ -85,18 +117,19 @@ def run_stream(prompt, method, model_names, drafter, settings_values: dict, requ
             yield view
     except Exception as exc:  # noqa: BLE001 - a failing model must not take the app down
         session.running, session.trace = None, job.trace  # the partial trace stays inspectable
-        if pending.records:  # what was committed before the failure goes on the strip too
-            view = view._replace(strip=view.strip + pending.drawn())
+        pending.drawn()  # what was committed before the failure goes on the strip too; no draft stays on it
+        view = view._replace(strip=pending.verified)
         kind = "" if isinstance(exc, EnsembleError) else f"The run failed: {type(exc).__name__}: "
         # every view of the partial trace (its stats, table, rounds), the failure in the status line
         yield final_views(job.trace, view.strip, f"⚠️ {kind}{exc}. Other runs are not affected." if kind else f"⚠️ {exc}")
         return
     if cancel.is_set():  # Stop: the strip and the trace stay as they were at the click
         job.withdraw(visual.records_drawn(job.trace.tokens, session.shown) if session.shown is not None
-                     else len(job.trace.tokens) - len(pending.records))
+                     else len(job.trace.tokens) - pending.not_sent)
         view = view._replace(strip=visual.strip_html(job.trace))
-    elif pending.records:
-        view = view._replace(strip=view.strip + pending.drawn())
+    else:  # the strip of the trace: drafts were hidden behind their decisions, any left over go (a cut stop string)
+        pending.drawn()
+        view = view._replace(strip=pending.verified)
     trace = job.trace
     # Keep the trace, drop the run: its adapters hold every model's KV cache.
     session.running, session.trace = None, trace
@@ -110,8 +143,11 @@ def stream_tokens(events, view: RunView, running: str, pending: Pending, cancel)
     for event in events:
         if isinstance(event, TokenEvent):
             pending.add(event)
+        elif isinstance(event, DraftEvent):  # SAFE's drafted token, shown being checked until its round is decided
+            if not cancel.is_set():
+                pending.add_draft(event)
         elif isinstance(event, StatusEvent):  # drafts shown before they are decided (SpecEM's vote, SAFE's first round)
-            if pending.records:  # committed tokens go out first: what is on the strip is all that was decided
+            if pending.waiting:  # what came before goes out first
                 view = view._replace(strip=view.strip + pending.drawn())
                 last = time.perf_counter()
             view = view._replace(status=visual.status_html(event.message))
@@ -122,7 +158,7 @@ def stream_tokens(events, view: RunView, running: str, pending: Pending, cancel)
         now = time.perf_counter()
         if cancel.is_set():
             continue  # Stop was clicked: nothing more goes to the strip (the run ends at its next check)
-        if pending.records and (now - last >= STREAM_INTERVAL or isinstance(event, RoundEvent)):
+        if pending.waiting and (now - last >= STREAM_INTERVAL or isinstance(event, RoundEvent)):
             view = view._replace(strip=view.strip + pending.drawn())
             last = now
             yield view

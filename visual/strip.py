@@ -21,6 +21,8 @@ from .numbers import number_text
 from .style import CONSENSUS_KINDS, DECISION_LABELS, END_MARKER, legend_html, model_class
 
 ZERO_WIDTH_MARKER = "◦"
+DRAFT_GLYPHS = str.maketrans({" ": "·", "\t": "→", "\n": "↵", "\r": "␍"})
+"""A replaced draft's whitespace as the strip draws it (the draft is shown from an attribute, as plain text)."""
 
 
 FENCE = "```"
@@ -152,7 +154,20 @@ class StripBuilder:
             body = whitespace(piece, self.show_whitespace)
         title = token_summary(record, piece, len(text))
         cls = " ".join(safe(c) for c in classes if c)
-        return f'<span class="{cls}" data-i="{int(record.index)}" title="{safe(title)}">{body}</span>'
+        # the draft a fused key replaced: the live strip draws it struck before its replacement (style.py, .el-draft)
+        was = record.fusion.draft if record.decision == Decision.ENSEMBLED_REPLACED and record.fusion else None
+        draft = f' data-draft="{safe(was.translate(DRAFT_GLYPHS))}"' if was else ""
+        return f'<span class="{cls}" data-i="{int(record.index)}"{draft} title="{safe(title)}">{body}</span>'
+
+
+def draft_html(text: str, start: int, end: int, model: str, round_index: int, show_whitespace: bool = True) -> str:
+    """A drafted token being checked (SAFE, while the run streams): ``text[start:end]`` in the quiet provisional style
+    (``el-draft``, no ``data-i``: nothing to click, not counted as a token). The strip's CSS hides it as soon as a
+    verified token follows it, so appending the round's decided tokens turns the drafts into their decisions and the
+    streamed strip stays append-only."""
+    title = f"being checked: {model}'s draft in round {round_index}, not verified yet"
+    code = " code" if in_code(text, start, end) else ""
+    return f'<span class="el-draft{code}" title="{safe(title)}">{whitespace(text[start:end], show_whitespace)}</span>'
 
 
 def kept_html(trace: RunTrace, show_whitespace: bool = True) -> str:

@@ -32,6 +32,9 @@ CONSENSUS_KINDS: dict[str, tuple[str, str, str]] = {
     "confident": ("consensus confident", "consensus: confident on average",
                   "not every verifier's top choice is the draft, but the weighted mean of their probabilities for it is above 0.5: no fusion"),
 }
+DRAFT_LABEL = "being checked"
+DRAFT_DESCRIPTION = ("the drafter's token, shown as soon as it is drafted; the verifiers have not checked it yet, and it "
+                     "turns into its decision when they have")
 END_MARKER = "⏹ end"  # how the strip draws the end-of-sequence record
 
 # One colour per model for SpecEM's winning segments and the weights chart (classes model-0, model-1, ... in the
@@ -103,6 +106,19 @@ _BASE_CSS = """/* Ensemble Lens: pass to launch(css=...). */
 .el-tok.eos { vertical-align: baseline; white-space: nowrap; padding: 0 5px; margin-left: 4px; border-radius: 8px;
   font-weight: 600; letter-spacing: 0.02em; opacity: 1; }
 .el-tok.bytes { text-decoration: underline wavy var(--el-line); }
+/* A drafted token being checked (SAFE, live): quiet and apart from every decision by its shape, not a colour: no
+   fill, italic, a dashed box all round (decisions are tinted, with an underline only). A verified token appended
+   after it hides it (the round's decisions take its place), so the streamed strip stays append-only; while the run
+   streams, a replaced draft is drawn struck before the key that replaced it (data-draft). */
+.el-draft { white-space: pre-wrap; font-style: italic; opacity: 0.75; border-radius: 3px; cursor: progress;
+  outline: 2px dashed color-mix(in srgb, currentColor 60%, transparent); outline-offset: -2px; padding: 1px 2px;
+  -webkit-box-decoration-break: clone; box-decoration-break: clone; }
+.el-draft.code { font-family: var(--el-mono); font-size: 0.92em; }
+.el-draft:has(~ .el-tok) { display: none; }
+.el-draft ~ .el-tok.ensembled_replaced[data-draft]::before { content: attr(data-draft); font-style: italic;
+  text-decoration: line-through 2px; opacity: 0.6; margin-right: 0.2em; }
+.el-large .el-draft { outline-width: 3px; outline-offset: -3px; }
+.el-swatch.el-draft { opacity: 0.85; }
 .ws { opacity: 0.45; }
 .el-legend { display: flex; flex-wrap: wrap; gap: 6px 16px; align-items: center; font-size: 13px; margin: 4px 0; }
 .el-legend-item { display: inline-flex; gap: 6px; align-items: center; }
@@ -269,9 +285,11 @@ def swatch(cls: str, sample: str = "Ab") -> str:
     return f'<span class="el-swatch {safe(cls)}">{safe(sample)}</span>'
 
 
-def legend_html(method: str, models: list[str], settings: dict | None = None, ended: bool = False) -> str:
+def legend_html(method: str, models: list[str], settings: dict | None = None, ended: bool = False,
+                drafts: bool = False) -> str:
     """One swatch per decision ``method`` (with ``settings``) can produce; for SpecEM one per model (``model-N``);
-    the end marker only for an answer that ended by itself (``ended``), not one that hit its token budget."""
+    the end marker only for an answer that ended by itself (``ended``), not one that hit its token budget; with
+    ``drafts`` (a SAFE run streaming) first the style of a drafted token being checked."""
     items = []
     head = ""
     if is_segments(method):
@@ -281,6 +299,8 @@ def legend_html(method: str, models: list[str], settings: dict | None = None, en
         for i, name in enumerate(models):
             items.append((f"model-{i}", name, f"{name}'s segment won the round"))
     else:
+        if drafts:
+            items.append(("el-draft", DRAFT_LABEL, DRAFT_DESCRIPTION))
         for decision in method_decisions(method, settings):
             if decision == "consensus":
                 items.extend(CONSENSUS_KINDS.values())

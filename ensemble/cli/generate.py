@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import threading
+import unicodedata
 
 from ..capabilities import is_one_model
 from ..errors import MemberDied, OutputError, SettingsError
@@ -24,6 +26,52 @@ ANSI = {
     "fused": "\x1b[34m",
     "gated": "\x1b[90m",
 }
+
+
+DIM = "\x1b[2;3m"  # a drafted token being checked: faint and italic (no decision's colour)
+
+
+def columns(text: str) -> int:
+    """Terminal cells ``text`` takes (wide East Asian characters two, combining marks none)."""
+    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+class DraftLine:
+    """SAFE's drafts on a terminal: each drafted token printed faint after the answer so far, and erased (cursor back,
+    clear to the end of the line) when the round's verified tokens are printed in its place. Only what fits on the
+    current line is shown: a draft that holds a line break, a control character or would wrap is left out (erasing
+    across lines is not reliable once the screen scrolls)."""
+
+    def __init__(self, width: int):
+        self.width = max(width, 2)
+        self.column = 0  # cells of the answer's current line printed so far
+        self.drafted = 0  # cells of drafts on screen
+        self.full = False  # this round's draft stopped fitting the line: show no more of it
+
+    def show(self, event) -> str:
+        piece = event.text[event.start : event.end]
+        if event.index == 0:
+            self.full = False
+        if self.full or not piece or not piece.isprintable():
+            self.full = self.full or bool(piece)
+            return ""
+        cells = columns(piece)
+        at = self.column % self.width
+        if (at == 0 and self.column) or at + self.drafted + cells >= self.width:
+            self.full = True
+            return ""
+        self.drafted += cells
+        return DIM + piece + "\x1b[0m"
+
+    def erase(self) -> str:
+        out = f"\x1b[{self.drafted}D\x1b[K" if self.drafted else ""
+        self.drafted, self.full = 0, False
+        return out
+
+    def printed(self, text: str) -> None:
+        """The answer's ``text`` was printed: where the current line now ends."""
+        line = text.rsplit("\n", 1)
+        self.column = columns(line[-1]) if len(line) > 1 else self.column + columns(text)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,7 +93,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_generate(args) -> int:
-    from ..methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent
+    from ..methods import DraftEvent, EnsembleRun, RoundEvent, StatusEvent, TokenEvent
     from ..models import ModelPool
     from ..preflight import preflight
 
@@ -71,9 +119,16 @@ def cmd_generate(args) -> int:
     if color:
         print(legend_line(args.method, job.trace.settings), file=sys.stderr)
     printed, failed = 0, None
+    drafts = DraftLine(shutil.get_terminal_size().columns) if color else None  # a terminal shows drafts being checked
     events = job.events()
     try:
         for event in events:
+            if isinstance(event, DraftEvent):
+                if drafts is not None:
+                    print(drafts.show(event), end="", flush=True)
+                continue
+            if drafts is not None and isinstance(event, TokenEvent | RoundEvent):
+                print(drafts.erase(), end="")  # the round is decided: its verified tokens take the drafts' place
             if args.json or not isinstance(event, TokenEvent):
                 if isinstance(event, RoundEvent) and args.verbose and not args.json:
                     print(f"\n[round {event.record.index}: {event.record.winner} wins]", file=sys.stderr)
@@ -84,6 +139,8 @@ def cmd_generate(args) -> int:
             if rec.end <= printed:
                 continue  # another byte token of a character already shown
             piece, printed = event.text[printed : rec.end], rec.end
+            if drafts is not None:
+                drafts.printed(piece)
             if color and rec.decision in ANSI:
                 piece = ANSI[rec.decision] + piece + "\x1b[0m"
             print(piece, end="", flush=True)
@@ -96,6 +153,9 @@ def cmd_generate(args) -> int:
             failed = exc
     except MemberDied as exc:
         failed = exc  # the trace so far is kept (and saved with --out)
+    finally:
+        if drafts is not None:  # drafts of a round that was never decided (Stop, a failure, a cut stop string)
+            print(drafts.erase(), end="", flush=True)
     trace = job.trace
     unsaved = save_outputs(args, trace)
     if args.json:  # printed whatever happened to the files: the run is never lost

@@ -13,11 +13,11 @@ from ..models import LoadedModel
 from ..preflight import RunRequest, check_run
 from ..settings import Settings
 from ..trace import RunTrace, unique_labels
-from .base import RoundEvent, Run, StatusEvent, TokenEvent
+from .base import DraftEvent, RoundEvent, Run, StatusEvent, TokenEvent
 from .member import ModelAdapter
 from .registry import REGISTRY, Method, method_class
 
-__all__ = ["REGISTRY", "EnsembleRun", "Method", "RoundEvent", "StatusEvent", "TokenEvent", "generate", "method_class", "unique_names"]
+__all__ = ["REGISTRY", "DraftEvent", "EnsembleRun", "Method", "RoundEvent", "StatusEvent", "TokenEvent", "generate", "method_class", "unique_names"]
 
 
 def unique_names(models: list[LoadedModel]) -> list[str]:
@@ -85,7 +85,7 @@ class EnsembleRun:
             self.run.withdraw(count)
             self.trace = self.run.finish("cancelled")
 
-    def events(self) -> Iterator[TokenEvent | RoundEvent | StatusEvent]:
+    def events(self) -> Iterator[TokenEvent | DraftEvent | RoundEvent | StatusEvent]:
         run = self.run
         reason = "budget"
         try:

@@ -6,7 +6,7 @@ import datetime as _dt
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
@@ -31,11 +31,38 @@ class TokenEvent:
 
     record: TokenRecord
     text: str = ""
+    provisional: ClassVar[bool] = False
+
+
+@dataclass
+class DraftEvent:
+    """A token the drafter has just drafted and the verifiers have not checked yet (SAFE): **provisional**.
+
+    It is never part of the trace nor of the answer: the round's verification decides it, and the round's
+    :class:`TokenEvent` records (after its :class:`RoundEvent`) supersede every draft of that round, kept, replaced or
+    discarded. A viewer may show drafts while they are checked (the app's strip, the CLI on a terminal); a stream of
+    final text reads :class:`TokenEvent` only (every event class says so in ``provisional``).
+
+    ``text`` is the response so far followed by the draft up to this token; ``text[start:end]`` is what this token
+    adds to it ("" for a byte token inside an unfinished character, a control token or the end of sequence, whose
+    ``key`` is ``<eos>``). ``index`` is its place in the round's draft. ``text[:start]`` may hold committed text that
+    no event has released yet (records wait while a stop string could still cut them).
+    """
+
+    round: int
+    index: int
+    model: str
+    key: str
+    start: int
+    end: int
+    text: str
+    provisional: ClassVar[bool] = True
 
 
 @dataclass
 class RoundEvent:
     record: RoundRecord
+    provisional: ClassVar[bool] = False
 
 
 @dataclass
@@ -47,6 +74,7 @@ class StatusEvent:
 
     message: str
     data: dict = field(default_factory=dict)
+    provisional: ClassVar[bool] = False
 
 
 CHAR_EXTRA = 3

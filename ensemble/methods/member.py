@@ -8,7 +8,7 @@ prefix it already holds and runs one forward pass over the rest.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 
@@ -106,18 +106,26 @@ class ModelAdapter(ResponseTokens):
         ``n`` (at most 4 tokens) while the last token ends inside a character, so drafts end on whole text. A
         greedy draft from a member process is made there in one call (the same tokens and distributions).
         """
-        out: list[tuple[int, Dist]] = []
+        return list(self.drafting(n, choose))
+
+    def drafting(self, n: int, choose) -> Iterator[tuple[int, Dist]]:
+        """:meth:`draft`, each token yielded as soon as it is appended (the end of sequence as it is chosen), so
+        a caller can show it while the next one is computed."""
+        count = 0
         if self.runtime.remote and getattr(choose, "greedy", False) and not self.policy.full_rows and n > 1:
             for token_id, dist in self.runtime.draft_greedy(self.all_ids(), n, set(self.keys.eos_ids)):
-                out.append((token_id, dist))
+                count += 1
                 if self.keys.key(token_id) == EOS_KEY:
-                    return out
+                    yield token_id, dist
+                    return
                 self.append(token_id)
-        while len(out) < n or (not self.finished and len(out) < n + 4):
+                yield token_id, dist
+        while count < n or (not self.finished and count < n + 4):
             dist = self.next_dist()
             token_id = choose(dist)
-            out.append((token_id, dist))
+            count += 1
             if self.keys.key(token_id) == EOS_KEY:
-                break
+                yield token_id, dist
+                return
             self.append(token_id)
-        return out
+            yield token_id, dist

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -45,7 +45,7 @@ from ..trace.decisions import (
     GatedDetails,
     OovBlockedDetails,
 )
-from .base import Chooser, Run, StatusEvent, model_topk
+from .base import Chooser, DraftEvent, Run, StatusEvent, model_topk
 from .follow import follow_key, record_followed
 from .fusion import Fuser
 from .member import ModelAdapter
@@ -130,7 +130,9 @@ def run_safe(run: Run) -> Iterator:
         t0 = time.perf_counter()
         # 1. Draft: up to n tokens from the drafter's cache (or the draft made while the last round verified)
         carried = safe.carried()
-        draft = carried or safe.draft()
+        if carried is not None:
+            yield from safe.shown(carried, round_index)
+        draft = carried or (yield from safe.draft(round_index))  # each drafted token shown as it is made
         if round_index == 0 and safe.verifiers:
             yield first_draft_status(draft, safe)
         t1 = time.perf_counter()
@@ -196,12 +198,31 @@ class Safe:
         self.whole = True  # the last round accepted its draft whole and did not end (drafting ahead pays only then)
 
     # -- 1. Draft ------------------------------------------------------------------------------------------
-    def draft(self) -> Draft:
+    def draft(self, round_index: int) -> Generator[DraftEvent, None, Draft]:
+        """Draft the round, yielding each token as a provisional :class:`DraftEvent` as soon as it is made."""
         run, drafter = self.run, self.drafter
         base, first = len(run.text), len(drafter.ids)
-        tokens = drafter.draft(min(run.settings.lookahead, run.budget_left), self.chooser)
+        tokens = []
+        for token in drafter.drafting(min(run.settings.lookahead, run.budget_left), self.chooser):
+            tokens.append(token)
+            yield self.provisional(base, first, tokens, round_index)
         eos = bool(tokens) and drafter.keys.key(tokens[-1][0]) == EOS_KEY
         return Draft(base, first, tokens, drafter.text[base:], eos)
+
+    def provisional(self, base: int, first: int, tokens: list, round_index: int) -> DraftEvent:
+        """The last of ``tokens`` (the round's draft so far) as a viewer shows it before it is verified: the text
+        it completes (``covered``: a byte token inside a character adds nothing until the character is whole)."""
+        drafter, j = self.drafter, len(tokens) - 1
+        key = drafter.keys.key(tokens[-1][0])
+        start = max(base, drafter.covered(first + j - 1)) if j else base
+        end = start if key == EOS_KEY else max(start, drafter.covered(first + j))
+        return DraftEvent(round_index, j, drafter.name, "<eos>" if key == EOS_KEY else display_key(key), start, end,
+                          drafter.text[:end])
+
+    def shown(self, draft: Draft, round_index: int) -> Iterator[DraftEvent]:
+        """A draft made ahead (while the last round verified), shown token by token now that its round begins."""
+        for j in range(len(draft.tokens)):
+            yield self.provisional(draft.base, draft.first, draft.tokens[: j + 1], round_index)
 
     # -- 2. Verify -----------------------------------------------------------------------------------------
     def verify(self, draft: Draft) -> tuple[Edges, dict]:

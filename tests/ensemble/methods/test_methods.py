@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ensemble.errors import SettingsError
-from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, generate
+from ensemble.methods import EnsembleRun, RoundEvent, StatusEvent, TokenEvent, generate
 from ensemble.methods.fusion import Fuser, heuristic_sharpen
 from ensemble.methods.specem import hedge_rewards, hedge_update, verifier_scores, word_cut
 from ensemble.settings import Settings
@@ -256,7 +256,8 @@ def test_safe_shows_its_first_draft_before_the_verifiers_decide(tiny):
     job = EnsembleRun(models, PROMPT, "safe", Settings(max_new_tokens=12, stop_strings=[]))
     events = list(job.events())
     status = [e for e in events if isinstance(e, StatusEvent)]
-    assert len(status) == 1 and events.index(status[0]) == 0  # before any token or round
+    decided = [i for i, e in enumerate(events) if isinstance(e, TokenEvent | RoundEvent)]
+    assert len(status) == 1 and events.index(status[0]) < decided[0]  # before any token or round
     first = job.trace.rounds[0]
     assert status[0].data == {"round": 0, "drafter": "tiny-qwen", "draft": first.candidates[0]["text"],
                               "verifiers": ["tiny-smollm2", "tiny-gemma3"]}
