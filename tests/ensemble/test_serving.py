@@ -1,0 +1,87 @@
+"""``ensemble serve``'s parts that need no model: the bounded trace store, the one-at-a-time slots, the reading of
+OpenAI requests, and the local GSM8K task's data for lm-eval (tests/ui/test_openai_server.py runs the server)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from ensemble.serving.protocol import ApiError, model_ids, parse_request
+from ensemble.serving.routes import Slots
+from ensemble.serving.store import TraceStore, new_id
+from ensemble.trace import RunTrace
+from tests.conftest import ROOT
+
+
+def test_the_store_keeps_the_newest_traces_within_its_count_and_refuses_ids_that_are_paths(tmp_path):
+    store = TraceStore(tmp_path / "traces", max_count=2)
+    ids = []
+    for i in range(3):
+        ids.append(new_id())
+        store.save(RunTrace(method="single", models=["qwen"], settings={}, prompt=f"question {i}"), ids[-1])
+        time.sleep(0.01)
+    assert store.read(ids[0]) is None and store.read(ids[2]).prompt == "question 2"
+    assert len(list((tmp_path / "traces").iterdir())) == 2
+    for bad in ("../x", ids[1] + "/..", "/etc/passwd", "", None):
+        assert store.path(bad) is None and store.read(bad) is None
+
+
+def test_the_store_keeps_within_its_size(tmp_path):
+    store = TraceStore(tmp_path, max_count=100, max_mb=0.003)  # 3 kB: room for one trace of 2 kB
+    for _ in range(3):
+        store.save(RunTrace(method="single", models=["qwen"], settings={}, prompt="x" * 2000), new_id())
+    assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_one_run_at_a_time_and_a_request_past_the_waiting_ones_is_refused_at_once():
+    slots = Slots(max_waiting=1)
+    slots.acquire()  # runs
+    got = threading.Event()
+    waiter = threading.Thread(target=lambda: (slots.acquire(), got.set()))
+    waiter.start()
+    deadline = time.monotonic() + 5
+    while slots._queued < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not got.is_set()  # waits its turn
+    with pytest.raises(ApiError) as refused:
+        slots.acquire()
+    assert refused.value.status == 429 and refused.value.body()["error"]["type"] == "rate_limit_error"
+    slots.release()
+    waiter.join(5)
+    assert got.is_set()
+    slots.release()
+
+
+def test_requests_map_to_the_engine_settings_and_what_cannot_be_honoured_is_refused():
+    ask = parse_request({"model": "safe-gac@qwen=2+smollm2", "prompt": "Hi", "max_tokens": 7, "temperature": 0.5,
+                         "top_p": 0.9, "seed": 3, "stop": "\n\n", "user": "ignored", "ensemble": {"lookahead": 3}}, chat=False)
+    s = ask.settings
+    assert (s.max_new_tokens, s.temperature, s.top_p, s.seed, s.stop_strings, s.lookahead) == (7, 0.5, 0.9, 3, ["\n\n"], 3)
+    assert (ask.spec.method, ask.spec.members, s.fusion, s.weights) == ("safe", ("qwen", "smollm2"), "gac", {"qwen": 2.0})
+    assert parse_request({"model": "single@qwen", "messages": [{"role": "user", "content": "Hi"}]}, chat=True).spec.model == "qwen"
+    for body, param in (({"model": "nosuch", "prompt": "x"}, "model"), ({"model": "single:qwen", "prompt": "x", "n": 2}, "n"),
+                        ({"model": "single:qwen", "prompt": "x", "logprobs": 2}, "logprobs"),
+                        ({"model": "single:qwen", "prompt": "x", "echo": True}, "echo"),
+                        ({"model": "single:qwen", "prompt": [1, 2]}, "prompt"),
+                        ({"model": "single:qwen", "prompt": "x", "max_tokens": "many"}, "max_tokens"),
+                        ({"model": "single:qwen", "prompt": "x", "stop": ["a"] * 5}, "stop")):
+        with pytest.raises(ApiError) as refused:
+            parse_request(body, chat=False)
+        assert refused.value.param == param and refused.value.status in (400, 404)
+    with pytest.raises(ApiError, match="exactly one message"):
+        parse_request({"model": "single:qwen", "messages": [{"role": "system", "content": "s"},
+                                                            {"role": "user", "content": "u"}]}, chat=True)
+    assert "safe-unite@qwen+smollm2" in model_ids(["qwen", "smollm2", "gemma3"])
+    assert "single:gemma3" in model_ids(["qwen", "smollm2", "gemma3"])
+
+
+def test_the_lm_eval_task_holds_the_questions_evaluate_picks():
+    from scripts.lm_eval.make_data import rows
+
+    shipped = [json.loads(line) for line in (ROOT / "scripts" / "lm_eval" / "gsm8k-20.jsonl").read_text().splitlines()]
+    assert shipped == rows() and len(shipped) == 20
+    committed = {json.loads(line)["qid"] for line in (ROOT / "docs/results/gsm8k-60-traced/rows.jsonl").open()}
+    assert {r["qid"] for r in shipped} <= committed  # the same questions as the committed run's
