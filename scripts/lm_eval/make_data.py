@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from ensemble.evaluation import GSM8K_TEST, load_questions, select_questions  # noqa: E402
+from ensemble.evaluation import GSM8K_TEST, load_questions, select_questions
 
 OUT = Path(__file__).resolve().parent / "gsm8k-20.jsonl"
 LIMIT, SEED = 20, 0
