@@ -61,6 +61,7 @@ def build_app(args, pool=None, backend=None):
                     max_waiting=args.max_waiting)
     app = FastAPI(title="Ensemble Lens", docs_url=None, redoc_url=None)
     add_routes(app, engine)
+    app.state.engine = engine
     return app
 
 

@@ -85,3 +85,18 @@ def test_the_lm_eval_task_holds_the_questions_evaluate_picks():
     assert shipped == rows() and len(shipped) == 20
     committed = {json.loads(line)["qid"] for line in (ROOT / "docs/results/gsm8k-60-traced/rows.jsonl").open()}
     assert {r["qid"] for r in shipped} <= committed  # the same questions as the committed run's
+
+
+def test_serve_flags_bound_the_store_and_the_queue_and_bad_ones_are_one_line(tmp_path, capsys):
+    import types
+
+    from ensemble.cli import main, parser, serve
+
+    args = parser.build_parser().parse_args(["serve", "--traces", str(tmp_path), "--max-traces", "3", "--max-traces-mb",
+                                             "1.5", "--max-waiting", "2", "--models", "qwen"])
+    engine = serve.build_app(args, pool=types.SimpleNamespace(get_many=list)).state.engine
+    assert (engine.store.folder, engine.store.max_count, engine.store.max_bytes) == (tmp_path, 3, 1_500_000)
+    assert engine.slots.max_waiting == 2 and engine.offered == ["qwen"]
+    assert main(["serve", "--max-traces", "0"]) == 2  # refused before any model loads or any port opens
+    err = capsys.readouterr().err
+    assert err.startswith("error: --max-traces must be at least 1") and "Traceback" not in err
