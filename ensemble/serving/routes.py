@@ -9,7 +9,9 @@ next token; its partial trace is kept.
 from __future__ import annotations
 
 import json
+import sys
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 
 import anyio
@@ -17,7 +19,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from ..errors import EnsembleError, MemberDied, UnknownModelError
+from ..errors import EnsembleError, LlamaCppMissing, MemberDied, MissingPackageError, ModelLoadError, UnknownModelError
 from ..methods import EnsembleRun, TokenEvent
 from ..models import DEFAULT_ENSEMBLE
 from ..preflight import preflight
@@ -106,7 +108,17 @@ def _error(exc: ApiError) -> JSONResponse:
 
 
 def _unexpected(exc: Exception) -> ApiError:
-    return ApiError(500, f"The run failed: {type(exc).__name__}: {exc}", kind="server_error")
+    """A bug's answer: its kind only (its message may hold a server path); the traceback goes to the server's log."""
+    traceback.print_exception(exc, file=sys.stderr)
+    return ApiError(500, f"The run failed ({type(exc).__name__}): a bug in Ensemble Lens; the server's log has the details.",
+                    kind="server_error")
+
+
+def _refused(exc: EnsembleError) -> ApiError:
+    """An engine error during a run: a model that cannot load is the server's (503), anything else the request's."""
+    if isinstance(exc, ModelLoadError | MissingPackageError | LlamaCppMissing):
+        return ApiError(503, str(exc), kind="server_error", code="model_unavailable")
+    return ApiError(400, str(exc))
 
 
 def _sse(data) -> bytes:
@@ -140,7 +152,7 @@ async def _complete(engine: Engine, request: Request, chat: bool) -> Response:
     try:
         text = "".join(await run_in_threadpool(lambda: list(running.pieces())))
     except EnsembleError as exc:
-        return _error(ApiError(400, str(exc)))
+        return _error(_refused(exc))
     except Exception as exc:  # noqa: BLE001 - an OpenAI error, never a traceback
         return _error(_unexpected(exc))
     finally:
@@ -168,7 +180,7 @@ async def _stream(engine: Engine, running: Running, links: dict):
                 yield _sse(answer(ask, trace_id, links, "", None, usage(running.prompt_tokens, len(running.trace.tokens)))
                            | {"choices": [], "object": chunk(ask, trace_id, links)["object"]})
     except Exception as exc:  # noqa: BLE001 - told in the stream as OpenAI's error event
-        yield _sse((ApiError(400, str(exc)) if isinstance(exc, EnsembleError) else _unexpected(exc)).body())
+        yield _sse((_refused(exc) if isinstance(exc, EnsembleError) else _unexpected(exc)).body())
     finally:
         running.cancel.set()  # a client that went away: the run stops at its next token
         with anyio.CancelScope(shield=True):

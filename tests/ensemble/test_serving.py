@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from ensemble.errors import ModelLoadError
 from ensemble.serving.protocol import ApiError, model_ids, parse_request
 from ensemble.serving.routes import Slots
 from ensemble.serving.store import TraceStore, new_id
@@ -100,3 +101,26 @@ def test_serve_flags_bound_the_store_and_the_queue_and_bad_ones_are_one_line(tmp
     assert main(["serve", "--max-traces", "0"]) == 2  # refused before any model loads or any port opens
     err = capsys.readouterr().err
     assert err.startswith("error: --max-traces must be at least 1") and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("failure", "status", "kind"), [
+    (OSError(2, "No such file", "/srv/secret/model.gguf"), 500, "server_error"),
+    (ModelLoadError("qwen could not be loaded: its cache is incomplete; run prepare."), 503, "server_error"),
+])
+def test_a_run_that_cannot_start_is_an_openai_error_without_server_paths(tmp_path, failure, status, kind):
+    import types
+
+    from starlette.testclient import TestClient
+
+    from ensemble.cli import parser, serve
+
+    def get_many(names):
+        raise failure
+
+    args = parser.build_parser().parse_args(["serve", "--traces", str(tmp_path), "--models", "qwen"])
+    with TestClient(serve.build_app(args, pool=types.SimpleNamespace(get_many=get_many))) as web:
+        answer = web.post("/v1/completions", json={"model": "single:qwen", "prompt": "Hi", "max_tokens": 2})
+        assert answer.status_code == status and answer.json()["error"]["type"] == kind
+        assert "/srv" not in answer.text and "Traceback" not in answer.text
+        again = web.post("/v1/completions", json={"model": "single:qwen", "prompt": "Hi", "max_tokens": 2})
+        assert again.status_code == status  # the slot was given back: the next request is not left waiting
