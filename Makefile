@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-kernels space screenshots deps prepare prepare-all browser lint bench clean
+.PHONY: demo test test-fast test-kernels space screenshots deps prepare prepare-all browser lint bench lm-eval clean
 
 # llama-cpp-python has no wheel on PyPI for this platform: it is built from source once per machine (10-17 minutes on
 # 2 cores) into a wheel folder outside the repository, keyed by the CPU's flags (the build is tuned to this CPU), and
@@ -95,6 +95,13 @@ screenshots: prepare-all browser
 
 bench: prepare
 	$(PY) -m ensemble bench
+
+# lm-eval-harness through `python -m ensemble serve` on 20 local GSM8K questions (docs/serve.md); lm-eval pins its own
+# versions of shared packages, so it lives in its own virtualenv, never in $(VENV).
+LMEVAL := lm_eval[api]==0.4.13
+lm-eval: prepare
+	@test -x .venv-lmeval/bin/lm_eval || { $(PYTHON) -m venv .venv-lmeval && .venv-lmeval/bin/pip install --quiet --disable-pip-version-check "$(LMEVAL)"; }
+	ENSEMBLE_PY=$(PY) nice -n 10 scripts/lm_eval/run.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist *.egg-info

@@ -17,7 +17,7 @@ import gradio as gr
 import visual
 from ensemble.members import close_backends, interrupt_on_sigterm
 from ensemble.models import DEFAULT_ENSEMBLE, DEFAULT_MODELS
-from ui import api, blaming, comparing, config, links, replay, running, space, tabs, tokenizers
+from ui import api, blaming, comparing, config, links, openai_routes, replay, running, space, tabs, tokenizers
 from ui import results as results_ui
 from ui.sessions import click_data, if_newest
 from ui.view_tuples import CompareView, ExportView, ForkView, InspectView, ResultsView, RunView, TokenizerView, outputs, updates
@@ -343,17 +343,21 @@ demo = build_app()
 def launch(port: int | None = None, block: bool = True, host: str | None = None):
     """Serve the app (``block=False`` returns at once: tests and scripts use it)."""
     space.quiet_spaces_reloader(importlib.import_module("gradio.http_server"))
-    return demo.launch(
+    served = demo.launch(
         server_name=host or os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         server_port=port or int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
         css=visual.CSS,
         js=links.KEYS_JS,
         # the text font declared once (visual.fonts): the exported pages embed the same one
         theme=gr.themes.Soft(font=[gr.themes.LocalFont(fonts.TEXT_FONT, weights=fonts.TEXT_WEIGHTS), *fonts.TEXT_FALLBACKS]),
-        prevent_thread_lock=not block,
         quiet=not block,
         mcp_server=config.MCP_SERVER,  # streamable HTTP at /gradio_api/mcp/ (the README shows a client's config)
+        prevent_thread_lock=True,
     )
+    openai_routes.add_to(demo.app)  # /v1: the ensemble as an OpenAI-compatible server (docs/serve.md)
+    if block:
+        demo.block_thread()
+    return served
 
 
 def main() -> None:

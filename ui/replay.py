@@ -22,7 +22,7 @@ from ensemble.settings import METHODS
 from ensemble.trace import MAX_TRACE_BYTES, RunTrace
 from ensemble.trace.decisions import Decision
 from ensemble.trace.read import read_trace
-from ui import config, space, tabs
+from ui import config, openai_routes, space, tabs
 from ui.controls import control_values
 from ui.sessions import if_newest
 from ui.view_tuples import KEEP, ExportView, InspectView, RunView
@@ -72,12 +72,22 @@ def first_view(request: gr.Request) -> tuple[RunView, InspectView]:
     something before anything runs; labelled as a recording, its timings too. Its first blocked token is selected
     with its explanation open, so the first screen already shows the lesson (why the ensemble refused to fuse there)
     without the visitor having to find out that tokens are clickable. A session that already has a run keeps it."""
-    if not _FIRST:
-        _FIRST.append(RunTrace.from_json(tabs.FIRST_VIEW.read_bytes()))
-    trace = _FIRST[0]
     session = config.session(request)
     if session.running is not None or session.trace is not None:
         return RunView(), UNCHANGED
+    linked = openai_routes.trace_asked(request)  # ?trace=ID: an answer of the /v1 API, replayed with its inspector
+    if linked is not None:
+        status = (f"Replaying the {linked.method} run of {', '.join(linked.models)} that answered an API request "
+                  f"({len(linked.tokens)} tokens). Click any token.")
+        view = replay(request, linked, status)
+        if not linked.tokens:
+            return view, cleared_inspector()
+        lesson = next((t.index for t in linked.tokens if t.decision != Decision.CONSENSUS), 0)
+        session.selected = (linked, lesson)
+        return view._replace(strip=selected_in_strip(view.strip, lesson)), inspector(linked, lesson)
+    if not _FIRST:
+        _FIRST.append(RunTrace.from_json(tabs.FIRST_VIEW.read_bytes()))
+    trace = _FIRST[0]
     asked = (getattr(request, "query_params", None) or {}).get("prompt")
     if asked and asked != trace.prompt:  # a link opened another prompt: the recording is not of it
         return RunView(status=visual.status_html("A link filled in this prompt and its settings: press Run to run it.")), UNCHANGED

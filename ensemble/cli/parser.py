@@ -8,7 +8,7 @@ import traceback
 
 from ..errors import EnsembleError
 from ..members import close_backends, interrupt_on_sigterm
-from . import bench, blame, evaluate, explain, fork, generate, models, prepare, report, tokenize
+from . import bench, blame, evaluate, explain, fork, generate, models, prepare, report, serve, tokenize
 
 COMMANDS = {
     "models": (models, "known models, where each comes from, whether it is cached"),
@@ -19,6 +19,7 @@ COMMANDS = {
     "bench": (bench, "speed of every method on the embedded models"),
     "evaluate": (evaluate, "GSM8K-style evaluation of methods"),
     "report": (report, "rebuild an evaluation folder's summary and report.html from its rows"),
+    "serve": (serve, "the ensemble as an OpenAI-compatible server (/v1/completions, /v1/chat/completions)"),
     "explain": (explain, "where two methods' answers to one evaluated question part, and what decided it"),
     "blame": (blame, "which ensemble decision changed an evaluated answer's outcome (counterfactual forks)"),
 }
