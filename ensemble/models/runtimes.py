@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import SettingsError
+from .catalogue import SERVER_KIND
 
 if TYPE_CHECKING:
     from .catalogue import ModelSpec
@@ -119,6 +120,10 @@ REGISTRY: dict[str, RuntimeInfo] = {
             loader="ensemble.models.loading:load_llamacpp", computes="ensemble.members.llamacpp:LlamaCppModel",
             prepares="ensemble.models:prepare_gguf", folder="ensemble.models.cache:gguf_cache",
         ),
+        RuntimeInfo(
+            "server", "OpenAI-compatible server", whole_rows=False, top_k=20, remote=True, thread_safe=True,
+            loader="ensemble.members.server:load_server", computes="ensemble.members.server:ServerModel",
+        ),
     )
 }
 """Every runtime, in the order the CLI and the app list them; the first is the default (any model, any device)."""
@@ -195,6 +200,8 @@ def pick_runtime(spec: ModelSpec, asked: str | None, device: str = "cpu") -> str
     bfloat16 transformers on 2 cores; its first token comes later there, which ``--runtime transformers`` keeps),
     transformers otherwise — for any Hugging Face model id and folder, for GPUs, and where llama.cpp is missing."""
     asked = check_runtime(asked)
+    if spec.kind == SERVER_KIND:  # its URL says where it computes, whatever the run's runtime setting
+        return next(r.name for r in REGISTRY.values() if r.remote)
     if asked != AUTO:
         return asked
     on_cpu = (device or "cpu").strip() in ("cpu", AUTO) and not _gpu_asked(device)
