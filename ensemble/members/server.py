@@ -104,9 +104,9 @@ class Endpoint:
         except urllib.error.HTTPError as exc:
             detail = _error_detail(exc)
             raise ServerError(f"The server of {self.name} ({self.url}) answered {exc.code}: {detail}") from None
-        except (urllib.error.URLError, OSError, socket.timeout) as exc:
+        except (TimeoutError, urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            what = "did not answer in time" if isinstance(reason, TimeoutError | socket.timeout) else f"could not be reached ({reason})"
+            what = "did not answer in time" if isinstance(reason, TimeoutError) else f"could not be reached ({reason})"
             raise ServerError(f"The server of {self.name} ({self.url}) {what}.") from None
         try:
             return json.loads(raw), len(raw) + len(data or b"")
