@@ -48,6 +48,8 @@ class RuntimeInfo:
         install: what to install when ``package`` is missing (the pip name).
         devices: the devices it computes on (``auto`` counts as the CPU there); None: any device.
         auto_on_cpu: ``auto`` picks it for the embedded models on the CPU when it is installed.
+        by_name: a model's name picks it (``NAME=URL``: a server), never the runtime setting (``--runtime``, the
+            app's runtime choices leave it out).
         tensors: its weights are a torch module (their dtype and tensors are read; otherwise the weights object
             gives ``size_bytes``).
         loader: ``module:function`` loading a model on it,
@@ -76,6 +78,7 @@ class RuntimeInfo:
     devices: tuple[str, ...] | None = None
     auto_on_cpu: bool = False
     tensors: bool = False
+    by_name: bool = False
 
     @property
     def can_be_missing(self) -> bool:
@@ -121,7 +124,7 @@ REGISTRY: dict[str, RuntimeInfo] = {
             prepares="ensemble.models:prepare_gguf", folder="ensemble.models.cache:gguf_cache",
         ),
         RuntimeInfo(
-            "server", "OpenAI-compatible server", whole_rows=False, top_k=20, remote=True, thread_safe=True,
+            "server", "OpenAI-compatible server", whole_rows=False, top_k=20, remote=True, thread_safe=True, by_name=True,
             loader="ensemble.members.server:load_server", computes="ensemble.members.server:ServerModel",
         ),
     )
@@ -130,7 +133,7 @@ REGISTRY: dict[str, RuntimeInfo] = {
 
 DEFAULT_RUNTIME = next(iter(REGISTRY))
 """The runtime of a model built in memory (:func:`ensemble.models.loading.wrap`) and what ``auto`` falls back to."""
-RUNTIMES = (AUTO, *REGISTRY)
+RUNTIMES = (AUTO, *(r.name for r in REGISTRY.values() if not r.by_name))
 
 
 def runtime_label(name: str) -> str:
@@ -160,7 +163,7 @@ def prepared_runtimes() -> list[str]:
 
 def available_runtimes() -> list[str]:
     """The registered runtimes this installation can run (an optional package may be missing)."""
-    return [r.name for r in REGISTRY.values() if r.available()]
+    return [r.name for r in REGISTRY.values() if r.available() and not r.by_name]
 
 
 def split_runtime(name: str) -> tuple[str, str | None]:
@@ -183,8 +186,9 @@ def _in_url_authority(before: str) -> bool:
 def check_runtime(runtime: str | None) -> str:
     """The runtime setting, checked (None and "" mean auto)."""
     runtime = (runtime or AUTO).strip()
-    if runtime != AUTO and runtime not in REGISTRY:
-        raise SettingsError(f"Unknown runtime {runtime[:40]!r}: use one of {', '.join((AUTO, *REGISTRY))}.")
+    offered = (AUTO, *(r.name for r in REGISTRY.values() if not r.by_name))
+    if runtime not in offered:
+        raise SettingsError(f"Unknown runtime {runtime[:40]!r}: use one of {', '.join(offered)}.")
     return runtime
 
 

@@ -111,14 +111,14 @@ def test_server_members_give_the_in_process_text_and_decisions(llama_pool, serve
 
 
 def test_a_run_that_reads_whole_rows_is_refused_before_it_starts(llama_pool, servers):
-    with pytest.raises(InputError, match="top 20 log-probabilities.*temperature 0"):
+    with pytest.raises(InputError, match=r"top 20 log-probabilities.*temperature 0"):
         EnsembleRun(members(llama_pool, servers), QUESTIONS[0], "safe", Settings(max_new_tokens=8, temperature=0.7))
 
 
 class _Failing(BaseHTTPRequestHandler):
     """Answers every completion with 503 (a server in trouble)."""
 
-    def do_POST(self):  # noqa: N802 - http.server's name
+    def do_POST(self):
         body = json.dumps({"error": {"message": "engine overloaded"}}).encode()
         self.send_response(503)
         self.send_header("Content-Type", "application/json")
