@@ -158,6 +158,7 @@ class Run:
             else sorted({s for a in adapters for s in a.loaded.template.stop_strings})
         )
         self._released = 0
+        self._outside_seen: dict[str, int] = {}  # each member's reads outside its top k so far (servers)
         self._held: list[TokenRecord] = []
         self._partial: list[tuple] = []
         self.stopped: str | None = None
@@ -273,6 +274,7 @@ class Run:
             fusion=fusion,
             topk=topk,
         )
+        self._mark_outside(record)
         if fusion is not None:
             self.fusion_ms.append(fusion.ms)
         if self.trace.stats.first_token_s is None:
@@ -280,6 +282,18 @@ class Run:
         self.trace.tokens.append(record)
         self._held.append(record)
         return record
+
+    def _mark_outside(self, record: TokenRecord) -> None:
+        """Name in the record the members whose probabilities read since the last record include ids outside their
+        top k (members on servers; the inspector says "outside smollm2's top 20")."""
+        outside = {}
+        for adapter in self.adapters:
+            count = adapter.runtime.outside_reads()
+            if count > self._outside_seen.get(adapter.name, 0):
+                outside[adapter.name] = int(adapter.loaded.info.get("top_k", 0))
+                self._outside_seen[adapter.name] = count
+        if outside:
+            record.details.outside_top_k = outside
 
     def add_model_tokens(self, adapter: ModelAdapter, first: int, decision: Decision, upto: int | None = None, **kwargs) -> None:
         """Record the adapter's response tokens from index ``first`` on (the adapter spells the response).

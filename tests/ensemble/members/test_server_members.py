@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+import visual
 from ensemble import models
 from ensemble.errors import InputError
 from ensemble.members.server import ServerError
@@ -23,6 +24,7 @@ from ensemble.models.catalogue import SERVER_KIND, resolve, split_server
 from ensemble.models.runtimes import runtime_info, split_runtime
 from ensemble.settings import Settings
 from tests.conftest import free_port
+from tests.visual.helpers import plain
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.embedded, pytest.mark.concurrency]
 
@@ -98,6 +100,11 @@ def test_server_members_give_the_in_process_text_and_decisions(llama_pool, serve
     for question in QUESTIONS:
         here, there = generate(local, question, method, settings), generate(remote, question, method, settings)
         assert there.stats.stop_reason == "budget" and all(there.stats.member_bytes.values())
+        marked = [t for t in there.tokens if t.details.outside_top_k]
+        assert bool(marked) == any("outside" in w and "approximated" in w for w in there.warnings)
+        for t in marked[:1]:  # the inspector names the member and its k
+            name = next(iter(t.details.outside_top_k))
+            assert f"outside {name}'s top 20" in plain(visual.explain(there, t.index))
         ours = [(t.text, t.decision, t.model) for t in here.tokens]
         theirs = [(t.text, t.decision, t.model) for t in there.tokens]
         if ours == theirs:
