@@ -87,7 +87,7 @@ def bench_servers(local: list, remote: list, urls: dict[str, str], prompts: list
     settings = Settings(max_new_tokens=budget, lookahead=lookahead)
     best: dict[tuple[str, int], tuple[float, object]] = {}
     for _ in range(repeat):
-        for label, members, backend in (("in_process", local, THREADS), ("server", remote, None)):
+        for label, members, backend in (("in_process", local, THREADS), ("on_servers", remote, None)):
             for p, prompt in enumerate(prompts):
                 job = EnsembleRun(members, prompt, "safe", settings, **({"backend": backend} if backend else {}))
                 for adapter in job.adapters:  # one thread per member, as each server has
@@ -100,32 +100,32 @@ def bench_servers(local: list, remote: list, urls: dict[str, str], prompts: list
                 if (label, p) not in best or elapsed < best[(label, p)][0]:
                     best[(label, p)] = (elapsed, job.trace)
     out: dict = {}
-    for label in ("in_process", "server"):
+    for label, remote_side in (("in_process", False), ("on_servers", True)):
         runs = [best[(label, p)] for p in range(len(prompts))]
         traces = [t for _, t in runs]
         tokens = max(1, sum(t.stats.generated_tokens for t in traces))
         rounds = max(1, sum(t.stats.rounds for t in traces))
         row = {"s_per_token": round(sum(e for e, _ in runs) / tokens, 4), "tokens": tokens, "rounds": rounds,
                "text_same": None}
-        if label == "server":
+        if remote_side:
             names = traces[0].models
             row["bytes_per_token"] = {n: round(sum(t.stats.member_bytes.get(n, 0) for t in traces) / tokens) for n in names}
             row["whole_row_bytes_per_token"] = {n: round(sum(t.stats.member_row_bytes.get(n, 0) for t in traces) / tokens) for n in names}
             row["requests_per_round"] = {n: round(sum(t.stats.forward_passes.get(n, 0) for t in traces) / rounds, 2) for n in names}
         out[label] = row
-    same = [best[("in_process", p)][1].text == best[("server", p)][1].text for p in range(len(prompts))]
-    out["server"]["text_same"] = out["in_process"]["text_same"] = sum(same)
-    out["ratio_server_to_in_process"] = round(out["server"]["s_per_token"] / out["in_process"]["s_per_token"], 3)
+    same = [best[("in_process", p)][1].text == best[("on_servers", p)][1].text for p in range(len(prompts))]
+    out["on_servers"]["text_same"] = out["in_process"]["text_same"] = sum(same)
+    out["ratio_server_to_in_process"] = round(out["on_servers"]["s_per_token"] / out["in_process"]["s_per_token"], 3)
     trip = {name: round(round_trip_s(url), 5) for name, url in urls.items()}
     out["round_trip_s"] = trip
-    out["http_s_per_round"] = round(sum(trip[n] * out["server"]["requests_per_round"].get(n, 0) for n in trip), 4)
+    out["http_s_per_round"] = round(sum(trip[n] * out["on_servers"]["requests_per_round"].get(n, 0) for n in trip), 4)
     out["prompts"] = len(prompts)
     return out
 
 
 def server_lines(report: dict) -> list[str]:
     r = report["servers"]
-    a, b = r["in_process"], r["server"]
+    a, b = r["in_process"], r["on_servers"]
     return [
         f"\nSAFE on llama.cpp servers vs in process (one thread per member each side; {r['prompts']} GSM8K question(s), "
         f"{a['tokens']} tokens; same text on {a['text_same']} of {r['prompts']})",
