@@ -145,7 +145,7 @@ class Endpoint:
                 del self._by_text[text]
         return self._by_text.get(name)
 
-    def row(self, top: dict | None, by_id: bool = False) -> TopDist:
+    def row(self, top: dict | None, by_id: bool = False, chosen: tuple[int, float] | None = None) -> TopDist:
         """A row's top ``k`` as a distribution: ``{name: logprob}`` (``logprobs``' ``top_logprobs``), or keyed by id
         (``by_id``: vLLM's ``prompt_logprobs``, ``{id: {"logprob": ...}}``)."""
         if not top:
@@ -157,6 +157,9 @@ class Endpoint:
             if token is not None and logp is not None and token not in ids:
                 ids.append(token)
                 logps.append(float(logp))
+        if chosen is not None and chosen[0] not in ids and chosen[1] is not None:  # a text several ids share
+            ids.append(chosen[0])
+            logps.append(float(chosen[1]))
         if not ids:
             raise ServerError(f"The server of {self.name} ({self.url}) sent log-probabilities of unknown tokens.")
         return TopDist(ids, logps, self.keys.vocab_size, size=self.k)
@@ -311,6 +314,7 @@ class ServerModel(Runtime):
             for p in missing:
                 choice = self._ask(ids[: p + 1])
                 self._keep(ids[: p + 1], self.endpoint.row(((choice.get("logprobs") or {}).get("top_logprobs") or [None])[0]))
+        self._ids = ids  # the ids last asked about, as a cache follows them (verify-in-line's context)
         return [self._rows[tuple(ids[: p + 1])] for p in positions]
 
     def rows(self, ids, positions) -> torch.Tensor:
@@ -322,11 +326,14 @@ class ServerModel(Runtime):
         at an end of sequence, that token (its row asked once more), returned but not appended."""
         ids = list(ids)
         choice = self._ask(ids, max_tokens=n)
-        tops = (choice.get("logprobs") or {}).get("top_logprobs") or []
+        logprobs = choice.get("logprobs") or {}
+        tops = (logprobs.get("top_logprobs") or [])[:n]
+        chosen = self._chosen(choice, logprobs, len(tops))
         out: list[tuple[int, TopDist]] = []
-        for top in tops[:n]:
-            dist = self._keep(ids + [t for t, _ in out], self.endpoint.row(top))
-            token = dist.argmax()
+        for j, top in enumerate(tops):
+            pick = None if chosen is None else (chosen[j], (logprobs.get("token_logprobs") or [None] * len(tops))[j])
+            dist = self._keep(ids + [t for t, _ in out], self.endpoint.row(top, chosen=pick))
+            token = dist.argmax() if chosen is None else chosen[j]
             out.append((token, dist))
             if token in stop:
                 return out
@@ -335,6 +342,17 @@ class ServerModel(Runtime):
             dist = self.dists(after, [len(after) - 1])[0]
             out.append((dist.argmax(), dist))
         return out
+
+    def _chosen(self, choice: dict, logprobs: dict, n: int) -> list[int] | None:
+        """The ids the server drafted: named by id (``token_id:N``), or the local tokens of its text where they are
+        as many (a token whose text several ids share, an unfinished UTF-8 byte, is named by no text); else None
+        (each row's argmax)."""
+        names = logprobs.get("tokens") or []
+        found = [self.endpoint.token_id(str(name)) if ID_TOKEN.match(str(name)) else None for name in names[:n]]
+        if len(found) == n and all(f is not None for f in found):
+            return found
+        local = self.endpoint.keys.backend.encode(str(choice.get("text") or ""), add_special_tokens=False).ids
+        return local if len(local) == n else None
 
     def branch_scores(self, ctx: int, blocks: list[list[int]], targets: list[int]) -> torch.Tensor:
         """Verify-in-line from the server's rows after each block token (``[2, tokens]``: log-probability, and the
