@@ -408,6 +408,13 @@ def explain(trace: RunTrace, index) -> str:
     except (AttributeError, KeyError, TypeError, ValueError):  # a malformed uploaded record: say so, never crash
         sentences = ["This record's details are not in the expected form, so no explanation can be given; see the raw JSON."]
     sentences = [s for s in sentences if s]
+    outside = getattr(record.details, "outside_top_k", None)
+    if isinstance(outside, dict) and outside:
+        sentences.append(
+            _join([f"{_m(m)}'s probabilities here include tokens outside {_m(m)}'s top {int(k) if str(k).isdigit() else 'k'}"
+                   for m, k in outside.items()])
+            + " (its server sends only its top k; outside it, a probability is the mass the top k leave, spread evenly)."
+        )
     body = "".join(f"<p>{s}</p>" for s in sentences[:2])
     more = " ".join(sentences[2:])
     if len(group) > 1:

@@ -24,7 +24,7 @@ PROMPTS = [
     "Sofia went to Plovdiv in 1999 and to Veliko Tarnovo in 2004. Write two sentences about her trips.",
     "Write a Python function that returns the n-th Fibonacci number.",
 ]
-SECTIONS = ("load", "single", "retokenize", "methods", "reasoning", "specem", "backends", "runtimes")
+SECTIONS = ("load", "single", "retokenize", "methods", "reasoning", "specem", "backends", "runtimes", "servers")
 DEFAULT_DATA = "ensemble/data/gsm8k/test.jsonl"
 """The GSM8K test set shipped in the package (``ENSEMBLE_LENS_GSM8K`` or ``--data`` overrides it)."""
 

@@ -22,6 +22,10 @@ def format_report(report: dict) -> str:
         lines.append("\nre-tokenization per step (median microseconds) at response length 100 / 1000 / 4000 characters")
         for name, r in report["retokenize"].items():
             lines.append(f"  {name:<10} " + "  ".join(f"{v:>8.1f}" for v in r.values()))
+    if "servers" in report:
+        from .servers import server_lines
+
+        lines += server_lines(report)
     for key, section in (("methods", _methods_lines), ("reasoning", _reasoning_lines), ("backends", _backends_lines),
                          ("runtimes", _runtimes_lines), ("specem", _specem_lines)):
         if key in report:

@@ -35,7 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                            seed={"help": "which questions (as evaluate chooses them)"})
     p.add_argument("--prompts", type=int, default=2, help="how many of the built-in prompts to use (1-3)")
     p.add_argument("--repeat", type=int, default=3, help="best of N interleaved timings (default 3)")
-    p.add_argument("--only", default=",".join(SECTIONS), help=f"comma list of sections: {', '.join(SECTIONS)}")
+    p.add_argument("--only", default=",".join(s for s in SECTIONS if s != "servers"),
+                   help=f"comma list of sections: {', '.join(SECTIONS)} (default: all but servers, which starts llama.cpp servers)")
     p.add_argument("--data", default=None, help="GSM8K-format JSONL for the reasoning section "
                    f"(default: $ENSEMBLE_LENS_GSM8K or {DEFAULT_DATA})")
     p.add_argument("--limit", type=int, default=2, help="how many of its questions (chosen by --seed; default 2)")
@@ -68,6 +69,18 @@ def first_runtime(args) -> str:
     return runtime_names(args)[0]
 
 
+def _bench_servers(args, names: list[str], questions: list[str]) -> dict:
+    """SAFE on llama.cpp servers started here against the same GGUFs in process (:mod:`ensemble.bench.servers`)."""
+    from ..bench.servers import bench_servers, llama_servers
+    from ..models import load, quiet_progress, resolve
+    from ..models.runtimes import pick_runtime
+
+    in_process = [load(n, "cpu", args.dtype, quiet_progress, runtime=pick_runtime(resolve(n), None, "cpu")) for n in names]
+    with llama_servers(names) as urls:
+        remote = [load(f"{n}={urls[n]}", progress=quiet_progress) for n in names]
+        return bench_servers(in_process, remote, urls, questions, args.reasoning_tokens, args.lookahead, args.repeat)
+
+
 def cmd_bench(args) -> int:
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     for flag, value, lo in (("--prompts", args.prompts, 1), ("--repeat", args.repeat, 1), ("--limit", args.limit, 1),
@@ -83,7 +96,7 @@ def cmd_bench(args) -> int:
     unknown = [s for s in sections if s not in SECTIONS]
     if unknown:
         raise SettingsError(f"Unknown bench section(s) {unknown}; choose from {', '.join(SECTIONS)}.")
-    ensemble_only = [s for s in sections if s in ("methods", "reasoning", "specem", "backends", "runtimes")]
+    ensemble_only = [s for s in sections if s in ("methods", "reasoning", "specem", "backends", "runtimes", "servers")]
     if ensemble_only and len(names) < 2:
         raise SettingsError(f"The section(s) {', '.join(ensemble_only)} compare ensembles: give --models at least two "
                             "models, e.g. --models qwen,smollm2.")
@@ -94,7 +107,7 @@ def cmd_bench(args) -> int:
         if name not in BACKENDS:
             raise SettingsError(f"Unknown backend {name!r} in --backends; choose from {', '.join(BACKENDS)}.")
     prompts = PROMPTS[: max(1, min(args.prompts, len(PROMPTS)))]
-    wants_data = bool({"reasoning", "backends", "runtimes"} & set(sections))
+    wants_data = bool({"reasoning", "backends", "runtimes", "servers"} & set(sections))
     data, reasoning = reasoning_prompts(args.data, args.limit, args.seed) if wants_data else (None, [])
     backends = {}
     if "backends" in sections:
@@ -139,6 +152,9 @@ def cmd_bench(args) -> int:
         report["runtimes"]["data"] = data_info
     if "specem" in sections and len(ordered) > 1:
         report["specem"] = bench_specem(ordered, prompts, args.max_new_tokens, args.specem_long, args.repeat)
+    if "servers" in sections and len(ordered) > 1:
+        report["servers"] = _bench_servers(args, names, reasoning)
+        report["servers"]["data"] = data_info
     if args.json:
         print(json.dumps(report, indent=1))
     else:

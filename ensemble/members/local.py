@@ -28,10 +28,11 @@ class LocalBackend(Backend):
         every-token UniTE 0.86x (a second thread speeds a small model's decoding up 1.7x here, so one core each
         at once buys nothing over two cores each in turn, ``scripts/llama_threads_probe.py``; SpecEM's drafts and verifications overlap). So SpecEM
         runs in threads, and so does every method where each member can keep two cores while all compute
-        (an extrapolation: not measured on a machine with that many cores)."""
+        (an extrapolation: not measured on a machine with that many cores), and every run with a member on a server
+        (its passes are computed there: a thread here only waits for the answer)."""
         if not self.overlap or len(runtimes) < 2 or not all(r.gil_free for r in runtimes):
             return self
-        if members_at_once or (os.cpu_count() or 1) >= 2 * len(runtimes):
+        if members_at_once or any(r.remote for r in runtimes) or (os.cpu_count() or 1) >= 2 * len(runtimes):
             return THREADS
         return self
 

@@ -65,6 +65,9 @@ class Runtime:
     """It computes in another process: distributions come as row summaries (:meth:`dists`), and a greedy draft is
     made there in one call (:meth:`draft_greedy`) instead of one round trip per token."""
 
+    whole_rows: ClassVar[bool] = True
+    """It gives a position's whole row, so any id's probability (False: its top ``k`` only, a server's)."""
+
     stats: ForwardStats
     policy: RunPolicy = RunPolicy()
 
@@ -97,6 +100,10 @@ class Runtime:
     @threads.setter
     def threads(self, value: int | None) -> None:
         """Threads of the next passes (a runtime whose thread count is its own applies it here)."""
+
+    def outside_reads(self) -> int:
+        """How many probabilities this run read outside the rows it was given (approximated; 0: whole rows)."""
+        return 0
 
     def check_cancel(self) -> None:
         cancel = self.policy.cancel

@@ -121,6 +121,22 @@ class Chooser:
         return float(torch.rand(1, generator=self.generator))
 
 
+def whole_rows_refusal(reads_whole_rows: bool, adapters) -> str | None:
+    """Why a run cannot start (one sentence), or None: it reads whole rows (it samples, or GaC sharpens
+    geometrically) and a member gives only its top k (a member on a server)."""
+    if not reads_whole_rows:
+        return None
+    for adapter in adapters:
+        if not adapter.runtime.whole_rows:
+            k = adapter.loaded.info.get("top_k", "k")
+            return (
+                f"{adapter.name} runs on a server that gives only its top {k} log-probabilities, and this run reads "
+                "whole rows (a temperature above 0, sampled drafts or GaC's geometric sharpening): use temperature 0 "
+                "and another sharpening with server members."
+            )
+    return None
+
+
 class Run:
     """State of one run: the shared response text, its token records and the trace being built.
 
@@ -170,11 +186,15 @@ class Run:
             else sorted({s for a in adapters for s in a.loaded.template.stop_strings})
         )
         self._released = 0
+        self._outside_seen: dict[str, int] = {}  # each member's reads outside its top k so far (servers)
         self._held: list[TokenRecord] = []
         self._partial: list[tuple] = []
         self.stopped: str | None = None
         self.fusion_ms: list[float] = []
         self._trim_prompt()
+        refusal = whole_rows_refusal(kind.reads_whole_rows(settings), adapters)
+        if refusal:
+            raise InputError(refusal)
         lead = None if self.trace.drafter is None else self.lead
         threads = self.backend.member_threads(kind.capabilities.leads_draft, adapters, lead)
         for adapter, count in zip(adapters, threads, strict=True):
@@ -282,6 +302,7 @@ class Run:
             fusion=fusion,
             topk=topk,
         )
+        self._mark_outside(record)
         if fusion is not None:
             self.fusion_ms.append(fusion.ms)
         if self.trace.stats.first_token_s is None:
@@ -289,6 +310,18 @@ class Run:
         self.trace.tokens.append(record)
         self._held.append(record)
         return record
+
+    def _mark_outside(self, record: TokenRecord) -> None:
+        """Name in the record the members whose probabilities read since the last record include ids outside their
+        top k (members on servers; the inspector says "outside smollm2's top 20")."""
+        outside = {}
+        for adapter in self.adapters:
+            count = adapter.runtime.outside_reads()
+            if count > self._outside_seen.get(adapter.name, 0):
+                outside[adapter.name] = int(adapter.loaded.info.get("top_k", 0))
+                self._outside_seen[adapter.name] = count
+        if outside:
+            record.details.outside_top_k = outside
 
     def add_model_tokens(self, adapter: ModelAdapter, first: int, decision: Decision, upto: int | None = None, **kwargs) -> None:
         """Record the adapter's response tokens from index ``first`` on (the adapter spells the response).
@@ -382,6 +415,22 @@ class Run:
                 f"The token budget ({budget}) ended inside a character; {len(self.trace.tokens) - budget} more byte "
                 "token(s) finished it."
             )
+        for adapter in self.adapters:
+            outside = adapter.runtime.outside_reads()
+            if outside:
+                k = adapter.loaded.info.get("top_k", "k")
+                self.trace.warnings.append(
+                    f"{adapter.name} gives only its top {k} log-probabilities: {outside} probabilit"
+                    f"{'y' if outside == 1 else 'ies'} this run read outside {adapter.name}'s top {k} were approximated "
+                    "(the mass its top k leave, spread evenly over the rest of its vocabulary)."
+                )
+            retokenized = getattr(adapter.runtime, "retokenized", 0)
+            if retokenized:
+                self.trace.warnings.append(
+                    f"{adapter.name}'s server takes text prompts and read {retokenized} of this run's contexts as other "
+                    f"tokens than {adapter.name}'s own (a text whose tokens are not its usual split, such as two "
+                    "newlines before a digit): its rows there are the server's reading of that text."
+                )
         stats = self.trace.stats
         self.trace.text = self.text
         stats.latency_s = round(time.perf_counter() - self.started, 4)

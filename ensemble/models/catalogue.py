@@ -44,6 +44,24 @@ class ModelSpec:
     license: str = ""
     embedded: EmbeddedSource | None = None
     template: str = "auto"  # "auto" (chat template when present) | "plain"
+    tokenizer: str = ""  # a member on a server: the name of the model whose tokenizer this process keeps
+
+
+SERVER_KIND = "server"
+"""The kind of a model computed by a serving engine (``NAME=URL``, :func:`split_server`)."""
+
+
+def split_server(name: str) -> tuple[str, str] | None:
+    """``"qwen=http://127.0.0.1:8001/v1"`` -> ``("qwen", "http://127.0.0.1:8001/v1")``; None for any other name.
+
+    The name before the first ``=`` is the local tokenizer's model (an embedded name, a hub id or a folder); what
+    follows is the server's OpenAI-compatible base URL. A URL may hold ``@``, ``:`` and ``=`` (its query) and a
+    model name holds no ``=``, so the first ``=`` followed by ``http://`` or ``https://`` is unambiguous."""
+    local, sep, url = (name or "").partition("=")
+    url = url.strip()
+    if not sep or not local.strip() or not url.lower().startswith(("http://", "https://")):
+        return None
+    return local.strip(), url
 
 
 EMBEDDED: dict[str, ModelSpec] = {
@@ -155,6 +173,13 @@ def resolve(name: str) -> ModelSpec:
     name = (name or "").strip()
     if name in EMBEDDED:
         return EMBEDDED[name]
+    server = split_server(name)
+    if server is not None:
+        local = resolve(server[0])
+        return ModelSpec(
+            name=local.name, kind=SERVER_KIND, location=server[1], description=f"{local.name} served at {server[1]}",
+            license=local.license, template=local.template, tokenizer=server[0],
+        )
     if name in GPU_PRESETS:
         return ModelSpec(name=name, kind="hub", location=GPU_PRESETS[name], description=f"hub preset {GPU_PRESETS[name]}")
     path = Path(name).expanduser()
@@ -166,8 +191,8 @@ def resolve(name: str) -> ModelSpec:
     raise UnknownModelError(
         f"Unknown model {shown!r}. Known models: {', '.join(EMBEDDED)} (embedded), "
         f"{', '.join(GPU_PRESETS)} (hub presets for a GPU); or give a Hugging Face model id such as "
-        "'HuggingFaceTB/SmolLM2-135M-Instruct', or the path of a local model folder (one holding config.json or a "
-        ".gguf file)."
+        "'HuggingFaceTB/SmolLM2-135M-Instruct', the path of a local model folder (one holding config.json or a "
+        ".gguf file), or NAME=URL for a model on an OpenAI-compatible server (qwen=http://127.0.0.1:8001/v1)."
     )
 
 

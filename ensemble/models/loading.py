@@ -349,6 +349,8 @@ def load_tokenizer(name: str, progress: Progress | None = None):
     from transformers import AutoConfig, AutoTokenizer
 
     spec = resolve(name)
+    if spec.tokenizer:  # a member on a server: the tokenizer this process keeps for it
+        return spec.name, load_tokenizer(spec.tokenizer, progress)[1]
     location = spec.location
     from_hub = spec.kind == "hub" or (spec.kind == "embedded" and bool(missing_packages(spec)) and hub_fallback_enabled())
     if spec.kind == "embedded" and not from_hub:

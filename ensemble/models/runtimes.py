@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import SettingsError
+from .catalogue import SERVER_KIND
 
 if TYPE_CHECKING:
     from .catalogue import ModelSpec
@@ -47,6 +48,8 @@ class RuntimeInfo:
         install: what to install when ``package`` is missing (the pip name).
         devices: the devices it computes on (``auto`` counts as the CPU there); None: any device.
         auto_on_cpu: ``auto`` picks it for the embedded models on the CPU when it is installed.
+        by_name: a model's name picks it (``NAME=URL``: a server), never the runtime setting (``--runtime``, the
+            app's runtime choices leave it out).
         tensors: its weights are a torch module (their dtype and tensors are read; otherwise the weights object
             gives ``size_bytes``).
         loader: ``module:function`` loading a model on it,
@@ -75,6 +78,7 @@ class RuntimeInfo:
     devices: tuple[str, ...] | None = None
     auto_on_cpu: bool = False
     tensors: bool = False
+    by_name: bool = False
 
     @property
     def can_be_missing(self) -> bool:
@@ -119,13 +123,17 @@ REGISTRY: dict[str, RuntimeInfo] = {
             loader="ensemble.models.loading:load_llamacpp", computes="ensemble.members.llamacpp:LlamaCppModel",
             prepares="ensemble.models:prepare_gguf", folder="ensemble.models.cache:gguf_cache",
         ),
+        RuntimeInfo(
+            "server", "OpenAI-compatible server", whole_rows=False, top_k=20, remote=True, thread_safe=True, by_name=True,
+            loader="ensemble.members.server:load_server", computes="ensemble.members.server:ServerModel",
+        ),
     )
 }
 """Every runtime, in the order the CLI and the app list them; the first is the default (any model, any device)."""
 
 DEFAULT_RUNTIME = next(iter(REGISTRY))
 """The runtime of a model built in memory (:func:`ensemble.models.loading.wrap`) and what ``auto`` falls back to."""
-RUNTIMES = (AUTO, *REGISTRY)
+RUNTIMES = (AUTO, *(r.name for r in REGISTRY.values() if not r.by_name))
 
 
 def runtime_label(name: str) -> str:
@@ -155,7 +163,7 @@ def prepared_runtimes() -> list[str]:
 
 def available_runtimes() -> list[str]:
     """The registered runtimes this installation can run (an optional package may be missing)."""
-    return [r.name for r in REGISTRY.values() if r.available()]
+    return [r.name for r in REGISTRY.values() if r.available() and not r.by_name]
 
 
 def split_runtime(name: str) -> tuple[str, str | None]:
@@ -178,8 +186,9 @@ def _in_url_authority(before: str) -> bool:
 def check_runtime(runtime: str | None) -> str:
     """The runtime setting, checked (None and "" mean auto)."""
     runtime = (runtime or AUTO).strip()
-    if runtime != AUTO and runtime not in REGISTRY:
-        raise SettingsError(f"Unknown runtime {runtime[:40]!r}: use one of {', '.join((AUTO, *REGISTRY))}.")
+    offered = (AUTO, *(r.name for r in REGISTRY.values() if not r.by_name))
+    if runtime not in offered:
+        raise SettingsError(f"Unknown runtime {runtime[:40]!r}: use one of {', '.join(offered)}.")
     return runtime
 
 
@@ -195,6 +204,8 @@ def pick_runtime(spec: ModelSpec, asked: str | None, device: str = "cpu") -> str
     bfloat16 transformers on 2 cores; its first token comes later there, which ``--runtime transformers`` keeps),
     transformers otherwise — for any Hugging Face model id and folder, for GPUs, and where llama.cpp is missing."""
     asked = check_runtime(asked)
+    if spec.kind == SERVER_KIND:  # its URL says where it computes, whatever the run's runtime setting
+        return next(r.name for r in REGISTRY.values() if r.remote)
     if asked != AUTO:
         return asked
     on_cpu = (device or "cpu").strip() in ("cpu", AUTO) and not _gpu_asked(device)

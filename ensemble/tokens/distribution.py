@@ -220,3 +220,57 @@ class SizedDist(Dist):
         if self._row is None:
             self._row = FullDist(self._whole(), self.size)
         return self._row.full()
+
+
+class TopDist(Dist):
+    """A distribution of which only the top ``k`` ids' log-probabilities are known: what a serving engine sends
+    (:mod:`ensemble.members.server`).
+
+    Within the top ``k`` every number is exact, logits included up to a constant (a row's log-probabilities are its
+    logits shifted by their log-sum-exp, so differences of them, all a method reads, are the same). An id outside
+    the top ``k`` is given the mass the top ``k`` leave, spread evenly over the rest of the vocabulary (at most the
+    ``k``-th probability): a documented approximation, counted in :attr:`outside` (the run's trace says how often).
+    """
+
+    def __init__(self, ids: Sequence[int], logprobs: Sequence[float], vocab: int, size: int = SUMMARY):
+        order = np.argsort(-np.asarray(logprobs, np.float64), kind="stable")
+        top_ids = np.asarray(ids, np.int64)[order]
+        logp = np.asarray(logprobs, np.float32)[order]
+        probs = np.exp(logp.astype(np.float64)).astype(np.float32)
+        self.size = size
+        self._summary = Summary(int(top_ids[0]), top_ids, np.stack([logp, probs, logp]), int(vocab))
+        rest = max(1.0 - float(probs.astype(np.float64).sum()), 0.0) / max(int(vocab) - len(top_ids), 1)
+        self.rest = min(rest, float(probs[-1])) if len(probs) else rest
+        self._known = {int(i): c for c, i in enumerate(top_ids.tolist())}
+        self.outside: set[int] = set()
+
+    @property
+    def k(self) -> int:
+        return len(self._summary.ids)
+
+    @property
+    def summary(self) -> Summary:
+        return self._summary
+
+    @property
+    def tail(self) -> float:
+        return float(self._summary.probs[-1])
+
+    def _values(self, ids: list[int]) -> np.ndarray:
+        out = np.empty((3, len(ids)), np.float32)
+        log_rest = float(np.log(self.rest)) if self.rest > 0 else -1e4
+        for col, i in enumerate(ids):
+            found = self._known.get(int(i))
+            if found is None:
+                self.outside.add(int(i))
+                out[:, col] = (log_rest, self.rest, log_rest)
+            else:
+                out[:, col] = self._summary.values[:, found]
+        return out
+
+    def full(self) -> torch.Tensor:
+        """The whole row as far as it is known: the top ``k`` log-probabilities, the even remainder elsewhere."""
+        s = self._summary
+        row = torch.full((s.vocab,), float(np.log(self.rest)) if self.rest > 0 else -1e4, dtype=torch.float32)
+        row[torch.from_numpy(s.ids)] = torch.from_numpy(s.values[2].copy())
+        return row

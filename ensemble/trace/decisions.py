@@ -46,11 +46,14 @@ class Details:
         boundary: character offset of the decision (SAFE: the draft token's left boundary; None inside a character).
         splits: model -> [[text, start, end], ...], each model's own tokens near the decision.
         extra: keys this version does not know (from other versions' files), kept as they were.
+        outside_top_k: member -> its k, for members on a server whose probabilities read at this decision include
+            ids outside their top k (approximated: :class:`ensemble.tokens.distribution.TopDist`).
     """
 
     boundary: int | None = None
     splits: dict[str, list[list]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    outside_top_k: dict[str, int] | None = None
 
     KEEP_NONE: ClassVar[tuple[str, ...]] = ()  # fields written even when None (the on-disk shape has them)
 

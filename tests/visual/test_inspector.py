@@ -194,3 +194,15 @@ def test_a_blocked_token_shows_what_each_verifier_wanted_where_its_own_token_sta
     assert "Where its own token starts (character 0), <b>gemma3</b>" in text and "0.49" in text
     again = RunTrace.from_json(trace.to_json())  # the fields survive a save and a load
     assert again.tokens[1].details.verifier_from == {"gemma3": 0, "qwen": 1}
+
+
+def test_a_probability_read_outside_a_server_members_top_k_is_named_in_the_inspector():
+    trace = load("safe")
+    record = trace.tokens[6]
+    assert "top 20" not in plain(visual.explain(trace, record.index))
+    record.details.outside_top_k = {"smollm2": 20}
+    again = RunTrace.from_json(trace.to_json())  # the trace file keeps it
+    text = plain(visual.explain(again, record.index))
+    assert "smollm2's probabilities here include tokens outside smollm2's top 20" in text
+    record.details.outside_top_k = {"<b>x</b>": "<i>"}  # an uploaded trace's names are escaped, a bad k is no crash
+    assert "<b>x</b>" not in visual.explain(trace, record.index)

@@ -36,12 +36,14 @@ def _load_counted(spec, base, device, dtype, progress, weights, runtime):
 
 
 def test_every_registered_runtime_declares_what_it_can_do_and_names_code_that_exists():
-    assert ("auto", *runtimes.REGISTRY) == runtimes.RUNTIMES and runtimes.DEFAULT_RUNTIME == "transformers"
+    assert ("auto", *(r for r in runtimes.REGISTRY if not runtimes.REGISTRY[r].by_name)) == runtimes.RUNTIMES and runtimes.DEFAULT_RUNTIME == "transformers"
     for info in runtimes.REGISTRY.values():
         for part in ("loader", "computes", "prepares", "folder"):
             assert getattr(info, part) is None or callable(info.part(part)), (info.name, part)
         assert info.part("computes").gil_free == info.thread_safe  # the class's flag is the registration's
-        assert info.whole_rows and info.top_k is None and info.verify_in_line and info.local_tokenizer and not info.remote
+        computes = info.part("computes")
+        assert info.whole_rows == (info.top_k is None) == computes.whole_rows  # top k only: a server's rows
+        assert computes.remote == info.remote and info.verify_in_line and info.local_tokenizer
     assert runtimes.prepared_runtimes() == ["transformers", "llamacpp"]  # prepare --runtime all
     llama = runtimes.runtime_info("llamacpp")
     assert llama.label == "llama.cpp" and llama.can_be_missing and llama.thread_safe and not llama.runs_on("cuda:0")
