@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ensemble.evaluation import GSM8K_TEST, build_prompt, load_questions
+from ensemble.evaluation import GSM8K_TEST, build_prompt, load_questions, select_held_out
 from ensemble.methods import generate
 from ensemble.models import ModelPool, quiet_progress
 from ensemble.settings import Settings
@@ -29,6 +29,9 @@ from tests.golden_runs import normalized
 
 COSTS = ("forward_passes", "forward_tokens", "member_bytes", "member_row_bytes")
 """Stats a speed change is meant to move (printed, not compared)."""
+
+DTYPES = {"transformers": "float32"}
+"""float32 where the tests run it (the parity and golden checks); llama.cpp its GGUF as shipped."""
 
 RUNS = {
     "single": (("qwen",), "single", {}),
@@ -43,19 +46,14 @@ RUNS = {
 
 
 def held_out(count: int) -> list[str]:
-    """GSM8K questions outside the 60 the project evaluates (seed 0): the shuffle's next ones."""
-    import random
-
-    questions = load_questions(GSM8K_TEST)
-    order = list(range(len(questions)))
-    random.Random(0).shuffle(order)
-    return [build_prompt(questions[i].question) for i in order[60 : 60 + count]]
+    """GSM8K questions outside the 60 the project evaluates (bench's whole answers use the same)."""
+    return [build_prompt(q.question) for q in select_held_out(load_questions(GSM8K_TEST), count)]
 
 
 def run_all(runtimes: list[str], prompts: int, tokens: int, only: list[str] | None) -> dict[str, dict]:
     out = {}
     for runtime in runtimes:
-        pool = ModelPool(dtype="float32" if runtime == "transformers" else "auto", runtime=runtime)
+        pool = ModelPool(dtype=DTYPES.get(runtime, "auto"), runtime=runtime)
         for name, (models, method, extra) in RUNS.items():
             if only and name not in only:
                 continue
