@@ -24,7 +24,7 @@ PROMPTS = [
     "Sofia went to Plovdiv in 1999 and to Veliko Tarnovo in 2004. Write two sentences about her trips.",
     "Write a Python function that returns the n-th Fibonacci number.",
 ]
-SECTIONS = ("load", "single", "retokenize", "methods", "reasoning", "specem", "backends", "runtimes", "servers")
+SECTIONS = ("whole", "load", "single", "retokenize", "methods", "reasoning", "specem", "backends", "runtimes", "servers")
 DEFAULT_DATA = "ensemble/data/gsm8k/test.jsonl"
 """The GSM8K test set shipped in the package (``ENSEMBLE_LENS_GSM8K`` or ``--data`` overrides it)."""
 
@@ -362,18 +362,20 @@ def bench_specem(models: list, prompts: list[str], budget: int, long_budget: int
     return out
 
 
-def reasoning_prompts(data: str | None, limit: int, seed: int) -> tuple[str, list[str]]:
-    """The data file used and ``limit`` of its questions as evaluate asks them."""
+def reasoning_prompts(data: str | None, limit: int, seed: int, held_out: bool = False) -> tuple[str, list[str]]:
+    """The data file used and ``limit`` of its questions as evaluate asks them (``held_out``: outside the 60 the
+    project evaluates, :func:`ensemble.evaluation.select_held_out`)."""
     import os
     from pathlib import Path
 
     from ..errors import SettingsError
-    from ..evaluation import GSM8K_TEST, build_prompt, load_questions, select_questions, shown_path
+    from ..evaluation import GSM8K_TEST, build_prompt, load_questions, select_held_out, select_questions, shown_path
 
     if limit < 1:
         raise SettingsError(f"--limit must be at least 1; got {limit}.")
     path = data or os.environ.get("ENSEMBLE_LENS_GSM8K") or shown_path(GSM8K_TEST)
     if not Path(path).is_file():
         raise SettingsError(f"No GSM8K file at {path}: pass --data PATH.jsonl (or leave reasoning out of --only).")
-    questions = select_questions(load_questions(path), limit, seed)
+    found = load_questions(path)
+    questions = select_held_out(found, limit) if held_out else select_questions(found, limit, seed)
     return path, [build_prompt(q.question) for q in questions]

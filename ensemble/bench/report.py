@@ -3,11 +3,15 @@ measured as the lines the command prints without ``--json``)."""
 
 from __future__ import annotations
 
+from .whole import whole_lines
+
 
 def format_report(report: dict) -> str:
     lines = [
         f"Ensemble Lens bench - {report['settings']} - {report['machine']['dtype']} - torch threads {report['machine']['threads']}"
     ]
+    if "whole" in report:
+        lines += whole_lines(report)
     if "load" in report:
         r = report["load"]
         lines.append(f"\nwarm load: {r['total_s']} s in total (target <= {r['target_s']} s) {r['per_model_s']}")

@@ -21,6 +21,7 @@ from ..bench.measure import (
     reasoning_prompts,
 )
 from ..bench.report import format_report
+from ..bench.whole import bench_whole
 from ..errors import SettingsError
 from ..models import DEFAULT_ENSEMBLE
 from ..models.device import resolve_device
@@ -39,8 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"comma list of sections: {', '.join(SECTIONS)} (default: all but servers, which starts llama.cpp servers)")
     p.add_argument("--data", default=None, help="GSM8K-format JSONL for the reasoning section "
                    f"(default: $ENSEMBLE_LENS_GSM8K or {DEFAULT_DATA})")
-    p.add_argument("--limit", type=int, default=2, help="how many of its questions (chosen by --seed; default 2)")
-    p.add_argument("--reasoning-tokens", type=int, default=128, help="answer length of the reasoning section")
+    p.add_argument("--limit", type=int, default=2, help="how many of its questions (the reasoning section's chosen by --seed; the whole answers' held out from the 60 "
+                   "evaluated; default 2)")
+    p.add_argument("--reasoning-tokens", type=int, default=128, help="answer length of the whole-answer and reasoning sections")
     p.add_argument("--specem-long", type=int, default=400, help="long SpecEM run for the linear-cost check")
     add_dtype_option(p)
     p.add_argument("--device", default="cpu")
@@ -96,7 +98,7 @@ def cmd_bench(args) -> int:
     unknown = [s for s in sections if s not in SECTIONS]
     if unknown:
         raise SettingsError(f"Unknown bench section(s) {unknown}; choose from {', '.join(SECTIONS)}.")
-    ensemble_only = [s for s in sections if s in ("methods", "reasoning", "specem", "backends", "runtimes", "servers")]
+    ensemble_only = [s for s in sections if s in ("whole", "methods", "reasoning", "specem", "backends", "runtimes", "servers")]
     if ensemble_only and len(names) < 2:
         raise SettingsError(f"The section(s) {', '.join(ensemble_only)} compare ensembles: give --models at least two "
                             "models, e.g. --models qwen,smollm2.")
@@ -107,7 +109,7 @@ def cmd_bench(args) -> int:
         if name not in BACKENDS:
             raise SettingsError(f"Unknown backend {name!r} in --backends; choose from {', '.join(BACKENDS)}.")
     prompts = PROMPTS[: max(1, min(args.prompts, len(PROMPTS)))]
-    wants_data = bool({"reasoning", "backends", "runtimes", "servers"} & set(sections))
+    wants_data = bool({"whole", "reasoning", "backends", "runtimes", "servers"} & set(sections))
     data, reasoning = reasoning_prompts(args.data, args.limit, args.seed) if wants_data else (None, [])
     backends = {}
     if "backends" in sections:
@@ -126,6 +128,12 @@ def cmd_bench(args) -> int:
     loaded = bench_load(names, args.device, args.dtype, loaded_as)
     models = loaded["models"]
     report["machine"]["dtype"] = next(iter(models.values())).info["dtype"]
+    ordered = [models[n] for n in names]
+    data_info = {"path": data, "questions": len(reasoning), "seed": args.seed, "max_new_tokens": args.reasoning_tokens}
+    if "whole" in sections and len(ordered) > 1:
+        _, held_out = reasoning_prompts(args.data, args.limit, args.seed, held_out=True)
+        report["whole"] = bench_whole(ordered, held_out, args.reasoning_tokens, args.lookahead, args.repeat, log)
+        report["whole"]["data"] = {**data_info, "questions": len(held_out), "seed": "held out", "repeat": args.repeat}
     if "load" in sections:
         report["load"] = loaded["report"]
         log(f"warm load: {loaded['report']}")
@@ -133,8 +141,6 @@ def cmd_bench(args) -> int:
         report["single"] = bench_single(models, prompts, args.max_new_tokens, args.repeat)
     if "retokenize" in sections:
         report["retokenize"] = bench_retokenize(models)
-    ordered = [models[n] for n in names]
-    data_info = {"path": data, "questions": len(reasoning), "seed": args.seed, "max_new_tokens": args.reasoning_tokens}
     if "methods" in sections and len(ordered) > 1:
         report["methods"] = bench_methods(ordered, prompts, args.max_new_tokens, args.lookahead, args.repeat)
     if "reasoning" in sections and len(ordered) > 1:

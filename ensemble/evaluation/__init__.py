@@ -21,7 +21,7 @@ Python API (no model loading by name needed)::
 """
 
 from ..errors import EvaluationError
-from .data import GSM8K_TEST, INSTRUCTION, Question, build_prompt, load_questions, select_questions, shown_path
+from .data import GSM8K_TEST, INSTRUCTION, Question, build_prompt, load_questions, select_held_out, select_questions, shown_path
 from .report import report_meta, summary_markdown, write_summary
 from .runner import machine_info, rebuild_report, run_evaluation
 from .scoring import ROW_FIELDS, is_corrupted, is_looping, make_row
@@ -55,6 +55,7 @@ __all__ = [
     "report_meta",
     "run_evaluation",
     "segment_summary",
+    "select_held_out",
     "select_questions",
     "shown_path",
     "summarize",

@@ -79,5 +79,17 @@ def select_questions(questions: list[Question], limit: int | None, seed: int) ->
     return [questions[i] for i in sorted(order[:limit])]
 
 
+SEEN = 60
+"""Questions the project evaluates and has read traces of (``--limit 60 --seed 0``, docs/results/gsm8k-60-*)."""
+
+
+def select_held_out(questions: list[Question], limit: int, seen: int = SEEN) -> list[Question]:
+    """``limit`` questions outside the ``seen`` ones seed 0 chooses (the same shuffle's next ones, in its order):
+    prompts the project has not tuned anything on, for ``bench``'s whole answers."""
+    order = list(range(len(questions)))
+    random.Random(0).shuffle(order)
+    return [questions[i] for i in order[seen : seen + limit]]
+
+
 def build_prompt(question: str) -> str:
     return f"{question.strip()}\n{INSTRUCTION}"

@@ -30,3 +30,8 @@ def warm_runtime(loaded) -> int:
     """Get ``loaded`` ready before its first run on its own runtime (llama.cpp reads the template head into the
     first context); returns the ids read (0: nothing to do)."""
     return runtime_class(loaded).warm(loaded)
+
+
+def forget_prompts(loaded) -> None:
+    """Make ``loaded``'s next run read its prompt afresh, as a new question's (the template head stays read)."""
+    runtime_class(loaded).forget_prompts(loaded)

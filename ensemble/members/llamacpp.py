@@ -160,6 +160,23 @@ class LlamaCppModel(Runtime):
     def warm(cls, loaded) -> int:
         return warm_context(loaded)
 
+    @classmethod
+    def forget_prompts(cls, loaded) -> None:
+        """Cut every context kept for the next run back to the template head (the cells every run shares)."""
+        weights = loaded.model
+        if not loaded.has_weights or not hasattr(weights, "take_context"):
+            return
+        head = loaded.template_head()
+        kept = []
+        while (context := weights.take_context()) is not None:
+            kept.append(context)
+        for context in reversed(kept):
+            keep = min(common_prefix(context.ids, head), context.exact)
+            lib().llama_memory_seq_rm(context.mem, 0, keep, -1)
+            del context.ids[keep:]
+            context.exact = min(context.exact, keep)
+            weights.keep_context(context)
+
     @property
     def cache_ids(self) -> list[int]:
         """The ids the KV cache holds."""
@@ -239,9 +256,7 @@ class LlamaCppModel(Runtime):
         self._clean = code == 0
         if code != 0:
             raise EnsembleError(f"llama.cpp failed to evaluate {len(entries)} token(s) of {self.weights.name} (code {code}).")
-        self.stats.seconds += time.perf_counter() - t0
-        self.stats.passes += 1
-        self.stats.tokens += len(entries)
+        self.stats.count(time.perf_counter() - t0, len(entries))
 
     def _row(self, index: int) -> np.ndarray:
         ptr = lib().llama_get_logits_ith(self._c.ctx, index)

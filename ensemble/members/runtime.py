@@ -31,6 +31,16 @@ class ForwardStats:
     seconds: float = 0.0
     bytes: int = 0  # sent to and received from a member process (0 in process)
     row_bytes: int = 0  # the whole float32 rows of the distributions a member answered about (what they would take)
+    first_s: float | None = None  # the run's first pass: the prompt read (with whatever it read besides)
+    first_tokens: int = 0
+
+    def count(self, seconds: float, tokens: int) -> None:
+        """One forward pass of ``tokens`` ids that took ``seconds``."""
+        if self.passes == 0:
+            self.first_s, self.first_tokens = seconds, tokens
+        self.seconds += seconds
+        self.passes += 1
+        self.tokens += tokens
 
 
 @dataclass(frozen=True)
@@ -81,6 +91,11 @@ class Runtime:
         """Get ``loaded`` ready before its first run (its first context, say); returns the ids read, 0 when there
         is nothing to do."""
         return 0
+
+    @classmethod
+    def forget_prompts(cls, loaded) -> None:
+        """Forget what ``loaded`` keeps from ended runs beyond the template head, so that the next run reads its
+        prompt as a new question's (``bench``'s whole answers; llama.cpp hands contexts from run to run)."""
 
     @property
     def cache_ids(self) -> list[int]:

@@ -119,9 +119,7 @@ class CachedModel(Runtime):
         return out.logits[0].float()
 
     def _count(self, t0: float, tokens: int) -> None:
-        self.stats.seconds += time.perf_counter() - t0
-        self.stats.passes += 1
-        self.stats.tokens += tokens
+        self.stats.count(time.perf_counter() - t0, tokens)
 
 
 def inline_mask(model, ctx: int, blocks: list[list[int]], device: torch.device):
