@@ -184,3 +184,26 @@ def test_a_larger_budget_continues_a_recorded_search_without_redoing_its_forks(l
     blame = read_blame(lost)[(0, "safe-unite", "single:qwen")]
     assert more.asked == [(44, " to"), (47, " to")]  # #21 was not forked again
     assert blame.decisive == 47 and blame.not_decisive() == [21, 44] and blame.cost["forks"] == 3
+
+
+def test_the_command_line_runs_one_answer_and_the_batch_with_every_flag(lost, capsys, monkeypatch):
+    """``blame`` end to end on the command line, its forks scripted (no models): one answer searched, printed and
+    saved, its members asked for; then the batch, which finds the saved answer already attributed."""
+    import ensemble.cli.blame as blame_cli
+    import ensemble.evaluation.blame as blame_module
+    import ensemble.evaluation.blame_members as members_module
+
+    monkeypatch.setattr(blame_cli, "_pool", lambda args, folder: None)
+    monkeypatch.setattr(blame_module, "model_forks", lambda pool: scripted(flip_at=44))
+    monkeypatch.setattr(members_module, "member_attribution", lambda folder, qid, method, pool, say: [
+        {"label": "qwen alone", "prediction": "71", "correct": True}])
+    argv = ["blame", str(lost), "--method", "safe-unite", "--reference", "single:qwen", "--max-forks", "8"]
+    assert cli_main([*argv, "--qid", "0", "--save", "--members"]) == 0
+    out = capsys.readouterr().out
+    assert "#  44" in out and "DECISIVE" in out and "qwen alone: answers 71 (right)" in out
+    assert read_blame(lost)[(0, "safe-unite", "single:qwen")].decisive == 44
+    assert cli_main([*argv, "--all", "--first", "2,0", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == [] and "already attributed" in captured.err
+    assert cli_main([*argv[:2], "--all", "--max-forks", "0"]) == 2
+    assert "--max-forks must be at least 1" in capsys.readouterr().err
