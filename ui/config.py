@@ -33,6 +33,7 @@ RUNTIME_CHOICES = [AUTO, *available_runtimes()]  # a runtime whose optional pack
 QUEUE_SIZE = int(os.environ.get("ENSEMBLE_LENS_QUEUE", "16"))
 RUN_CONCURRENCY = int(os.environ.get("ENSEMBLE_LENS_CONCURRENCY", "2"))
 MCP_SERVER = os.environ.get("ENSEMBLE_LENS_MCP", "1") != "0"  # the API's endpoints as MCP tools for agents
+OPENAI_ROUTES = os.environ.get("ENSEMBLE_LENS_OPENAI", "1") != "0"  # /v1: the OpenAI-compatible routes (docs/serve.md)
 
 PRESETS_VISIBLE = DEVICE != "cpu" or os.environ.get("ENSEMBLE_LENS_PRESETS") == "1"
 MODEL_CHOICES = list(EMBEDDED) + (list(GPU_PRESETS) if PRESETS_VISIBLE else [])

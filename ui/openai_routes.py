@@ -13,13 +13,18 @@ STORE = TraceStore()
 serve`` writes by default, so the app opens that server's links too."""
 
 
-def add_to(app) -> None:
-    """Add the /v1 routes to the app's FastAPI instance (Gradio's ``demo.app`` once launched)."""
+def add_to(app) -> bool:
+    """Add the /v1 routes to the app's FastAPI instance (Gradio's ``demo.app`` once launched), unless
+    ``ENSEMBLE_LENS_OPENAI=0`` turns them off (a public Space that wants only its page and Gradio's API); says whether
+    it added them."""
+    if not config.OPENAI_ROUTES:
+        return False
     from ensemble.serving.routes import Engine, add_routes
 
     engine = Engine(lambda names: config.load_models(names), lambda names: config.offered(names), config.MODEL_CHOICES,
                     STORE, backend_for=lambda models: config.backend_for(models))
     add_routes(app, engine)
+    return True
 
 
 def trace_asked(request):

@@ -118,3 +118,20 @@ def test_ensemble_serve_answers_on_its_own_app(pool, tmp_path):
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def test_the_apps_v1_routes_can_be_turned_off(monkeypatch):
+    """``ENSEMBLE_LENS_OPENAI=0`` (read once into ``config.OPENAI_ROUTES``): the app's server gets no /v1 routes."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from ui import config, openai_routes
+
+    monkeypatch.setattr(config, "OPENAI_ROUTES", False)
+    off = FastAPI()
+    assert openai_routes.add_to(off) is False and TestClient(off).get("/v1/models").status_code == 404
+    monkeypatch.setattr(config, "OPENAI_ROUTES", True)
+    on = FastAPI()
+    assert openai_routes.add_to(on) is True
+    listed = TestClient(on).get("/v1/models")
+    assert listed.status_code == 200 and "safe-unite@qwen+smollm2" in {m["id"] for m in listed.json()["data"]}
