@@ -71,10 +71,11 @@ def wait_ready(name: str, proc: subprocess.Popen, url: str, log: Path, deadline:
             urllib.request.urlopen(url + "/models", timeout=5).read()
             return
         except OSError:
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM's server for {name} exited ({proc.returncode}) before it answered; its log, "
-                            f"{log}, ends:\n{_tail(log)}")
-            time.sleep(1)
+            pass
+        if proc.poll() is not None:
+            pytest.fail(f"vLLM's server for {name} exited ({proc.returncode}) before it answered; its log, {log}, "
+                        f"ends:\n{_tail(log)}")
+        time.sleep(1)
     pytest.fail(f"vLLM's server for {name} did not answer in {START_S} s; its log, {log}, ends:\n{_tail(log)}")
 
 
