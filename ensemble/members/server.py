@@ -210,7 +210,10 @@ class Endpoint:
         if self.ids_prompt:  # ask for the text's tokens, not ours
             answer, _ = self.request("/completions", {"model": self.model_id, "prompt": PROBE, "temperature": 0.0,
                                                       "return_tokens_as_token_ids": True, **body})
-            choice = answer["choices"][0]
+            choices = answer.get("choices") if isinstance(answer, dict) else None
+            if not choices or not isinstance(choices[0], dict):
+                raise ServerError(f"The server of {self.name} ({self.url}) answered without a completion.")
+            choice = {**choices[0], "_usage": answer.get("usage") or {}}
         else:
             choice, _ = self.complete(probe, **body)
         names = (choice.get("logprobs") or {}).get("tokens") or []

@@ -15,22 +15,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-import visual
 from ensemble import models
 from ensemble.errors import InputError
 from ensemble.members.server import ServerError
-from ensemble.methods import EnsembleRun, generate
+from ensemble.methods import EnsembleRun
 from ensemble.models.catalogue import SERVER_KIND, resolve, split_server
 from ensemble.models.runtimes import runtime_info, split_runtime
 from ensemble.settings import Settings
 from tests.conftest import free_port
-from tests.visual.helpers import plain
+from tests.ensemble.members.server_parity import QUESTIONS, assert_same_runs
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.embedded, pytest.mark.concurrency]
-
-with open("ensemble/data/gsm8k/test.jsonl") as f:
-    QUESTIONS = [json.loads(line)["question"] for line in f][:2]
-
 
 def start_server(name: str) -> tuple[subprocess.Popen, str]:
     """``llama_cpp.server`` on an embedded model's GGUF (the cache API finds it), one thread, prompt rows kept."""
@@ -80,41 +75,16 @@ def test_names_with_urls_resolve_to_server_members():
     assert info.remote and not info.whole_rows and info.top_k
 
 
-def _probs(record) -> dict:
-    """What each member gave the deciding keys at a token (SAFE's per-model tops, a fusion's per-model rows)."""
-    details = record.details
-    tops = getattr(details, "per_model_top", None) or {}
-    return {(m, key): p for m, top in tops.items() for key, p in top}
-
-
 @pytest.mark.parametrize("method,budget", [("safe", 24), ("unite", 12)])
 def test_server_members_give_the_in_process_text_and_decisions(llama_pool, servers, method, budget):
     """The same tokens and decisions as in process. llama.cpp's CPU kernels give a row other bits in passes of 1-7
     tokens than in longer ones (``ensemble.members.llamacpp.SHARED_PASS``), and a server batches as it likes, so a
-    near tie may go the other way: a difference is allowed only after the first 10 tokens, and only where every
-    probability both sides read there agrees within 0.05 (the rows are the same model's, not another position's)."""
+    near tie may go the other way (:func:`server_parity.assert_same_runs` allows it after 10 tokens, where the
+    probabilities both sides read agree within 0.05)."""
     remote = members(llama_pool, servers)
     local = llama_pool.get_many(list(servers), models.quiet_progress)
     assert [m.info["top_k"] for m in remote] == [20, 20]
-    settings = Settings(max_new_tokens=budget)
-    for question in QUESTIONS:
-        here, there = generate(local, question, method, settings), generate(remote, question, method, settings)
-        assert there.stats.stop_reason == "budget" and all(there.stats.member_bytes.values())
-        marked = [t for t in there.tokens if t.details.outside_top_k]
-        assert bool(marked) == any("outside" in w and "approximated" in w for w in there.warnings)
-        for t in marked[:1]:  # the inspector names the member and its k
-            name = next(iter(t.details.outside_top_k))
-            assert f"outside {name}'s top 20" in plain(visual.explain(there, t.index))
-        ours = [(t.text, t.decision, t.model) for t in here.tokens]
-        theirs = [(t.text, t.decision, t.model) for t in there.tokens]
-        if ours == theirs:
-            assert there.text == here.text
-            continue
-        first = next(i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b)
-        assert first >= 10, (first, ours[first], theirs[first])
-        a, b = _probs(here.tokens[first]), _probs(there.tokens[first])
-        shared = a.keys() & b.keys()
-        assert shared and all(abs(a[k] - b[k]) < 0.05 for k in shared), (first, a, b)
+    assert_same_runs(local, remote, method, budget)
 
 
 def test_a_run_that_reads_whole_rows_is_refused_before_it_starts(llama_pool, servers):
