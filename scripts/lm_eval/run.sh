@@ -3,7 +3,8 @@
 # script (20 questions), for single:qwen and the default ensemble. `make lm-eval` builds .venv-lmeval and runs it.
 # Usage: scripts/lm_eval/run.sh [MODEL ...]   (default: single:qwen safe-unite@qwen+smollm2)
 # An interrupted run resumes: each answer is cached in $OUT/cache/MODEL as it comes.
-# Env: LMEVAL_PORT (8011), LMEVAL_OUT (eval-out/lm-eval), LMEVAL_LIMIT (all 20), ENSEMBLE_PY (.venv/bin/python).
+# Env: LMEVAL_PORT (8011), LMEVAL_OUT (eval-out/lm-eval), LMEVAL_LIMIT (all 20), ENSEMBLE_PY (.venv/bin/python),
+# LMEVAL_SAMPLES (lm-eval's --samples JSON: only these questions; scripts/lm_eval/cached.py names the cached ones).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PORT=${LMEVAL_PORT:-8011}
@@ -24,5 +25,6 @@ for MODEL in "${MODELS[@]}"; do
   .venv-lmeval/bin/lm_eval --model local-completions \
     --model_args "model=$MODEL,base_url=http://127.0.0.1:$PORT/v1/completions,tokenized_requests=False,tokenizer_backend=None,num_concurrent=1,max_retries=1,timeout=3600" \
     --include_path scripts/lm_eval --tasks gsm8k_ensemble_lens ${LMEVAL_LIMIT:+--limit $LMEVAL_LIMIT} \
+    ${LMEVAL_SAMPLES:+--samples "$LMEVAL_SAMPLES"} \
     --output_path "$OUT/$MODEL" --log_samples --use_cache "$OUT/cache/$MODEL"  # the cache: a rerun resumes
 done
