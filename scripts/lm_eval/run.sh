@@ -13,6 +13,9 @@ PY=${ENSEMBLE_PY:-.venv/bin/python}
 MODELS=("$@")
 [ ${#MODELS[@]} -gt 0 ] || MODELS=(single:qwen safe-unite@qwen+smollm2)
 export HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
+# One llama.cpp thread per member, as the committed evaluate run: with all cores per context, a machine that also runs
+# other work stalls each pass on descheduled threads (an answer took 3-15 minutes here, against 13 s on one thread).
+export ENSEMBLE_LENS_LLAMA_THREADS=${ENSEMBLE_LENS_LLAMA_THREADS:-1}
 mkdir -p "$OUT/cache"
 SERVER=""
 if ! curl -sf "http://127.0.0.1:$PORT/v1/models" >/dev/null; then
