@@ -71,5 +71,12 @@ def cmd_serve(args) -> int:
     app = build_app(args)
     print(f"[ensemble] serving the OpenAI-compatible API on http://{args.host}:{args.port}/v1 "
           f"(traces open in {args.app_url})", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    engine = app.state.engine
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            engine.stop_all()  # Ctrl-C or `kill`: a run in flight ends at its next token, so the server goes at once
+            super().handle_exit(sig, frame)
+
+    Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning")).run()
     return 0

@@ -60,6 +60,15 @@ class Engine:
                  max_waiting: int = 8):
         self.load, self.offer, self.offered, self.store = load, offer, list(offered), store
         self.backend_for, self.app_url, self.slots = backend_for, app_url, Slots(max_waiting)
+        self.active: set[threading.Event] = set()  # the cancel flags of the runs in flight
+        self.closing = threading.Event()
+
+    def stop_all(self) -> None:
+        """The server is stopping: runs in flight end at their next token (their clients get what was decided, the
+        trace kept), and requests still waiting are answered 503 instead of starting."""
+        self.closing.set()
+        for cancel in list(self.active):
+            cancel.set()
 
     def links(self, trace_id: str, base: str) -> dict:
         app = (self.app_url or base).rstrip("/") + "/"
@@ -85,6 +94,13 @@ class Running:
         self.cancel, self.trace, self.error, self.prompt_tokens = threading.Event(), None, None, 0
 
     def pieces(self) -> Iterator[str]:
+        self.engine.active.add(self.cancel)
+        try:
+            yield from self._pieces()
+        finally:
+            self.engine.active.discard(self.cancel)
+
+    def _pieces(self) -> Iterator[str]:
         models = self.engine.load(self.request.names)
         self.prompt_tokens = len(models[0].prompt_ids(self.request.prompt)) if models else 0
         job = EnsembleRun.from_request(self.request, models, cancel=self.cancel, backend=self.engine.backend_for(models))
@@ -144,6 +160,10 @@ async def _complete(engine: Engine, request: Request, chat: bool) -> Response:
         await run_in_threadpool(engine.slots.acquire)
     except ApiError as exc:
         return _error(exc)
+    if engine.closing.is_set():
+        engine.slots.release()
+        return _error(ApiError(503, "The server is shutting down; send the request again once it is back.",
+                               code="shutting_down", kind="server_error"))
     trace_id = new_id()
     links = engine.links(trace_id, str(request.base_url))
     running = Running(engine, ask, checked, trace_id)

@@ -124,3 +124,59 @@ def test_a_run_that_cannot_start_is_an_openai_error_without_server_paths(tmp_pat
         assert "/srv" not in answer.text and "Traceback" not in answer.text
         again = web.post("/v1/completions", json={"model": "single:qwen", "prompt": "Hi", "max_tokens": 2})
         assert again.status_code == status  # the slot was given back: the next request is not left waiting
+
+
+LONG_ANSWER = "Write the numbers from one to five hundred in words, one a line, with no code and no gaps."
+
+
+@pytest.mark.embedded
+def test_a_stopped_server_ends_its_run_in_flight_and_answers_before_it_goes(tmp_path):
+    """``kill`` (SIGTERM) while a long non-streamed completion runs: the run ends at its next token, its client gets
+    an answer (the text so far, or 503 had it not started), and the server exits at once instead of finishing it."""
+    import signal
+    import subprocess
+    import sys
+
+    import httpx
+
+    from tests.conftest import free_port
+
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with log.open("w") as out:
+        server = subprocess.Popen([sys.executable, "-m", "ensemble", "serve", "--port", str(port), "--models", "qwen",
+                                   "--backend", "local", "--traces", str(tmp_path / "traces")],
+                                  cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}/v1"
+    try:
+        for _ in range(240):
+            try:
+                if httpx.get(base + "/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        answers = []
+        asking = threading.Thread(target=lambda: answers.append(httpx.post(
+            base + "/completions", timeout=600,
+            json={"model": "single:qwen", "prompt": LONG_ANSWER, "max_tokens": 2000})))
+        asking.start()
+        for _ in range(120):  # the run is in flight once qwen has loaded
+            if "qwen: ready" in log.read_text() or not asking.is_alive():
+                break
+            time.sleep(0.5)
+        time.sleep(1)
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)  # 2000 tokens take minutes: finishing the run first would time out here
+        asking.join(30)
+        assert answers, log.read_text()[-2000:]
+        answer = answers[0]
+        assert answer.status_code in (200, 503), answer.text
+        if answer.status_code == 503:  # stopped before its run began
+            assert answer.json()["error"]["code"] == "shutting_down"
+            return
+        assert answer.json()["choices"][0]["text"]
+        trace = RunTrace.from_json((tmp_path / "traces" / f"{answer.json()['trace_id']}.json").read_text())
+        assert trace.stats.stop_reason == "cancelled", trace.stats.stop_reason  # not run to its end, then answered
+    finally:
+        if server.poll() is None:
+            server.kill()
