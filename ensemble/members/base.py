@@ -87,24 +87,41 @@ class Backend:
 
 
 class Pooled:
-    """Work of several members at the same time, on a pool of coordinator threads (each waits for its member:
-    a Ray actor, or a llama.cpp pass in this process)."""
+    """Work of several members at the same time, on coordinator threads that live for one call (each waits for its
+    member: a Ray actor, or a llama.cpp pass in this process).
 
-    _pool: ThreadPoolExecutor
+    The threads end with the call on purpose. Every thread that runs OpenMP work (a llama.cpp pass on two or more
+    threads, a large torch op) keeps an OpenMP pool while it lives, and once the process's pools hold more threads
+    than the machine has cores, libgomp "throttles": every barrier sleeps instead of spinning, for every pool, the
+    calling thread's too. Measured on this project's 2-core machine (``scripts/omp_pools_probe.py``): qwen's
+    decoding step on llama.cpp 35 ms, 55-60 ms while a thread that once ran a torch op or a pass lives beside it.
+    A persistent pool of member threads made every run after the first SpecEM run of a process 1.5x slower
+    (the bench's later rows, the app)."""
 
     def submit(self, fn: Callable, items: Iterable) -> Callable[[], list]:
-        futures = [self._pool.submit(fn, item) for item in items]
-        return lambda: [f.result() for f in futures]
+        items = list(items)
+        pool = ThreadPoolExecutor(max_workers=max(1, len(items)), thread_name_prefix="member")
+        futures = [pool.submit(fn, item) for item in items]
+
+        def wait() -> list:
+            try:
+                return [f.result() for f in futures]
+            finally:
+                pool.shutdown(wait=True)
+
+        return wait
 
     def map_iter(self, fn: Callable, items: Iterable, before: Callable[[], None] | None = None) -> Iterator:
-        futures = []
-        for item in items:
-            if before is not None:
-                before()
-            futures.append(self._pool.submit(fn, item))
+        items = list(items)
+        pool = ThreadPoolExecutor(max_workers=max(1, len(items)), thread_name_prefix="member")
+        futures, done = [], False
         try:
+            for item in items:
+                if before is not None:
+                    before()
+                futures.append(pool.submit(fn, item))
             for future in futures:
                 yield future.result()
-        finally:
-            for future in futures:
-                future.cancel()
+            done = True
+        finally:  # every job done: the threads are joined; else (a Stop) a job still running ends on its own
+            pool.shutdown(wait=done, cancel_futures=True)

@@ -4,7 +4,6 @@ when every member is on llama.cpp (:data:`THREADS`)."""
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 from .base import Backend, Pooled, role_threads
 
@@ -21,18 +20,23 @@ class LocalBackend(Backend):
         self.overlap = overlap  # False: llama.cpp members take turns too (SEQUENTIAL; the bench compares both)
 
     def for_run(self, runtimes: list, members_at_once: bool = False) -> Backend:
-        """Threads when every member is on llama.cpp (its passes release the GIL) and computing at once pays.
+        """Threads when every member is on llama.cpp (its passes release the GIL) and computing at once pays: when each
+        member keeps two cores while all compute, or when the members are servers (their passes are computed there: a
+        thread here only waits for the answer). ``members_at_once`` (SpecEM: every member drafts, then every member
+        verifies) does not decide it any more.
 
-        Measured on 2 cores with the three embedded members (``bench --only runtimes``, docs/results.md "Members on
-        llama.cpp"): SpecEM in threads 1.54x the speed of members taking turns with every core each, SAFE 0.97x,
-        every-token UniTE 0.86x (a second thread speeds a small model's decoding up 1.7x here, so one core each
-        at once buys nothing over two cores each in turn, ``scripts/llama_threads_probe.py``; SpecEM's drafts and verifications overlap). So SpecEM
-        runs in threads, and so does every method where each member can keep two cores while all compute
-        (an extrapolation: not measured on a machine with that many cores), and every run with a member on a server
-        (its passes are computed there: a thread here only waits for the answer)."""
+        Measured on 2 cores (issue 37, ``python -m ensemble bench --only whole`` and ``--only runtimes``): SpecEM on
+        qwen+smollm2 with the members taking turns, every core each, took 0.70x the time of the members in threads with
+        one core each (11.7 s against 16.9 s for 128 tokens; qwen's drafting step 34 ms on two threads, 64 ms on one,
+        while smollm2, done with its segment after a fifth of the time, left its core idle); SAFE and every-token UniTE
+        were no faster in threads either (a second thread speeds a small model's decoding up 1.7x here,
+        ``scripts/llama_threads_probe.py``). An earlier measurement had SpecEM in threads 1.54x faster: its turns were
+        measured after the threads in one process, when the member threads' OpenMP pools throttled every later pass
+        (:class:`~ensemble.members.base.Pooled`). With more cores than two per member (an extrapolation: not measured
+        on such a machine) members compute at once."""
         if not self.overlap or len(runtimes) < 2 or not all(r.gil_free for r in runtimes):
             return self
-        if members_at_once or any(r.remote for r in runtimes) or (os.cpu_count() or 1) >= 2 * len(runtimes):
+        if any(r.remote for r in runtimes) or (os.cpu_count() or 1) >= 2 * len(runtimes):
             return THREADS
         return self
 
@@ -45,10 +49,6 @@ class ThreadBackend(Pooled, LocalBackend):
 
     name = "threads"
     parallel = True
-
-    def __init__(self):
-        super().__init__()
-        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="member")
 
     def for_run(self, runtimes: list, members_at_once: bool = False) -> Backend:
         return self
