@@ -11,6 +11,7 @@ import gradio as gr
 import visual
 from ensemble.errors import EnsembleError, MemberDied
 from ensemble.fork import complete_fork, fork_request
+from ensemble.members.home import homed
 from ensemble.methods import EnsembleRun
 from ensemble.models import DEFAULT_ENSEMBLE, DEFAULT_MODELS
 from ensemble.preflight import preflight
@@ -42,7 +43,7 @@ def run_ensemble(prompt: str, method: str = "safe", models: str = ",".join(DEFAU
         checked = preflight(prompt, method, models, lambda _members: build_settings(values), offer=config.offered)
         models = config.load_models(checked.names)
         job = EnsembleRun.from_request(checked, models, backend=config.backend_for(models))
-        for _ in job.events():
+        for _ in homed(job.events()):
             pass
     except MemberDied as exc:  # the trace so far, as the browser keeps it: stop_reason "member_failed", error says who
         if job is None:

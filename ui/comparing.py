@@ -11,6 +11,7 @@ import gradio as gr
 
 import visual
 from ensemble.errors import EnsembleError, InputError
+from ensemble.members.home import homed
 from ensemble.methods import EnsembleRun, TokenEvent
 from ensemble.preflight import preflight
 from ensemble.settings import METHODS
@@ -53,7 +54,7 @@ def compare_stream(prompt, methods, model_names, max_new_tokens, request: gr.Req
         yield view._replace(cmp_status=visual.status_html(running + "…"))
         last = time.perf_counter()
         try:
-            for event in job.events():
+            for event in homed(job.events()):
                 if isinstance(event, TokenEvent) and time.perf_counter() - last > 1.0:
                     last = time.perf_counter()
                     so_far = event.record.index + 1

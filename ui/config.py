@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 from ensemble.members import backend_from_env, make_backend, warm
+from ensemble.members.home import on_home
 from ensemble.models import DEFAULT_MODELS, EMBEDDED, GPU_PRESETS, ModelPool
 from ensemble.models.access import offered_members
 from ensemble.models.runtimes import AUTO, available_runtimes, runtime_from_env
@@ -73,7 +74,7 @@ def backend_for(models: list):
 
 def warm_up() -> None:
     """Load the default models (and start their member processes) before serving, so the first run streams at once."""
-    for problem in warm(POOL, DEFAULT_MODELS, BACKEND):  # the runs will say so too; the app keeps serving
+    for problem in on_home(warm, POOL, DEFAULT_MODELS, BACKEND):  # where the runs compute (ensemble.members.home)  # the runs will say so too; the app keeps serving
         print(f"[app] {problem}", flush=True)
     print(f"[app] member backend: {BACKEND.describe()} ({BACKEND_WHY})", flush=True)
     print(f"[app] runtime: {RUNTIME} (loaded: {', '.join(POOL.loaded()) or 'none'})", flush=True)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 import visual
 from ensemble.errors import EnsembleError
 from ensemble.fork import compare_continuations, fork_request
+from ensemble.members.home import homed
 from ensemble.methods import DraftEvent, EnsembleRun, TokenEvent
 from ensemble.models.runtimes import split_runtime
 from ensemble.trace import RunTrace
@@ -45,7 +46,7 @@ def fork_stream(trace: RunTrace | None, at, method: str, offer: Callable[[list[s
     kept = visual.kept_html(job.trace, False)
     last, verified = 0.0, ""
     try:
-        for event in job.events():
+        for event in homed(job.events()):
             now = time.perf_counter()
             if isinstance(event, TokenEvent):
                 verified = event.text[chars:]

@@ -17,6 +17,7 @@ import gradio as gr
 import visual
 from ensemble.capabilities import verifies_drafter
 from ensemble.errors import EnsembleError
+from ensemble.members.home import homed
 from ensemble.methods import DraftEvent, EnsembleRun, RoundEvent, StatusEvent, TokenEvent
 from ensemble.preflight import preflight
 from ensemble.trace import RunTrace
@@ -113,7 +114,7 @@ def run_stream(prompt, method, model_names, drafter, settings_values: dict, requ
     yield started
     view, pending = started, Pending(visual.StripBuilder(method, job.trace.models))
     try:
-        for view in stream_tokens(job.events(), started, running, pending, cancel):
+        for view in stream_tokens(homed(job.events()), started, running, pending, cancel):
             yield view
     except Exception as exc:  # noqa: BLE001 - a failing model must not take the app down
         session.running, session.trace = None, job.trace  # the partial trace stays inspectable

@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from ..errors import EnsembleError, LlamaCppMissing, MemberDied, MissingPackageError, ModelLoadError, UnknownModelError
+from ..members.home import homed
 from ..methods import EnsembleRun, TokenEvent
 from ..models import DEFAULT_ENSEMBLE
 from ..preflight import preflight
@@ -106,7 +107,7 @@ class Running:
         job = EnsembleRun.from_request(self.request, models, cancel=self.cancel, backend=self.engine.backend_for(models))
         printed = 0
         try:
-            for event in job.events():
+            for event in homed(job.events()):
                 if isinstance(event, TokenEvent) and event.record.end > printed:  # the bytes of one character once
                     piece, printed = event.text[printed : event.record.end], event.record.end
                     yield piece
