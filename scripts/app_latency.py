@@ -4,7 +4,8 @@
 
 It serves the app in this process with warm models, presses Run through Gradio's queue protocol (the calls
 the browser makes), and reads the streamed updates, the methods' presses interleaved. The first token counts from
-the request to the first strip update that holds a token (for SAFE a drafted token being checked); "first verified"
+the request to the first strip update that holds a token (for SAFE a drafted token being checked), "whole" to the run's
+last update (the whole answer streamed); "first verified"
 to the first one that holds a decided token; "first draft" (SpecEM, SAFE) to the first status line showing a model's draft, which
 comes before the round's vote commits a segment; "bytes" are the sizes of the strip diffs Gradio sends (appends
 only).
@@ -64,7 +65,7 @@ def press_run(root: str, method: str, models: list[str], max_new_tokens: int, pr
                 final = message["output"]["data"][0]
                 break
     sizes = [len(json.dumps(d)) for d in diffs]
-    return {"first_token_s": first, "first_verified_s": verified, "first_draft_s": first_draft, "diffs": diffs, "final": final, "updates": len(diffs), "bytes_sent": sum(sizes),
+    return {"first_token_s": first, "first_verified_s": verified, "first_draft_s": first_draft, "whole_s": time.perf_counter() - started, "diffs": diffs, "final": final, "updates": len(diffs), "bytes_sent": sum(sizes),
             "final_strip_bytes": len(final), "largest_update": max(sizes, default=0)}
 
 
@@ -114,7 +115,7 @@ def main() -> None:
         config.POOL, config.BACKEND = pools[backend]
         for runtime in runtimes:
             press_run(root, "unite", models, 2, runtime=runtime)
-    print(f"{'method':<8} {'runtime':<13} {'backend':<8} {'first token (median s)':>22} {'first verified':>14} "
+    print(f"{'method':<8} {'runtime':<13} {'backend':<8} {'first token (median s)':>22} {'whole':>6} {'first verified':>14} "
           f"{'first draft':>11} {'updates':>8} {'bytes sent':>11} {'final strip':>12} {'largest':>8}")
     methods = args.methods.split(",")
     runs: dict[tuple, list] = {(m, r, b): [] for m in methods for r in runtimes for b in backends}
@@ -130,10 +131,11 @@ def main() -> None:
     for (method, runtime, backend), done in runs.items():
         first = statistics.median(r["first_token_s"] for r in done)
         verified = statistics.median(r["first_verified_s"] for r in done)
+        whole = statistics.median(r["whole_s"] for r in done)
         last = done[-1]
         drafts = [r["first_draft_s"] for r in done if r["first_draft_s"] is not None]
         shown = f"{statistics.median(drafts):.2f}" if drafts else "-"
-        print(f"{method:<8} {runtime:<13} {backend:<8} {first:>22.2f} {verified:>14.2f} {shown:>11} {last['updates']:>8} "
+        print(f"{method:<8} {runtime:<13} {backend:<8} {first:>22.2f} {whole:>6.2f} {verified:>14.2f} {shown:>11} {last['updates']:>8} "
               f"{last['bytes_sent']:>11} {last['final_strip_bytes']:>12} {last['largest_update']:>8}")
     app.demo.close()
 
