@@ -7,7 +7,8 @@ libgomp "throttles": every barrier of every pool sleeps instead of spinning. Gra
 from whichever of its worker threads is free, so each step of a run could run in another thread, each left with a
 pool: measured on this project's 2-core machine (``python scripts/omp_pools_probe.py``), qwen alone on llama.cpp
 decoded 42 ms a token advanced from one thread and 60 ms advanced from a pool of threads, and stayed at 60 ms in
-every later run of the process. Advanced here, every step of every run computes in this one thread.
+every later run of the process. Advanced here, every step of every run computes in this one thread, and so do the
+models' loading (the transformers runtime de-quantizes with torch) and warming.
 
 A command-line process computes in its main thread and needs none of this. :class:`~ensemble.members.base.Pooled`
 members' threads end with each call for the same reason.
@@ -15,6 +16,7 @@ members' threads end with each call for the same reason.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -38,10 +40,11 @@ def at_home() -> bool:
 
 
 def on_home(fn: Callable[..., T], *args, **kwargs) -> T:
-    """``fn(*args, **kwargs)`` computed in the home thread (directly when called from it); its exception is raised here."""
+    """``fn(*args, **kwargs)`` computed in the home thread (directly when called from it), in a copy of the caller's
+    context variables (Gradio finds a handler's progress bar through them); its exception is raised here."""
     if at_home():
         return fn(*args, **kwargs)
-    return _HOME.submit(fn, *args, **kwargs).result()
+    return _HOME.submit(contextvars.copy_context().run, fn, *args, **kwargs).result()
 
 
 _DONE = object()

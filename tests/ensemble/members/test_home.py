@@ -69,3 +69,12 @@ def test_an_error_is_raised_in_the_consumer_and_closing_closes_the_run_there():
 
 def test_on_home_from_the_home_thread_runs_in_place():
     assert on_home(lambda: on_home(at_home)) is True
+
+
+def test_on_home_sees_the_callers_context_variables():
+    import contextvars
+
+    where = contextvars.ContextVar("where", default="unset")
+    where.set("a Gradio handler")  # Gradio finds a handler's progress bar through context variables
+    assert on_home(where.get) == "a Gradio handler"
+    assert on_home(at_home) is True
