@@ -25,8 +25,6 @@ class Capabilities:
         fusion: the fusion it is (``unite``, ``gac``: the every-token methods), or None (SAFE fuses with its
             ``fusion`` setting, and so would a single model's sharpening).
         fuses: it fuses next-token distributions on keys at all (SpecEM verifies segments instead).
-        members_at_once: its members' passes overlap throughout (every member drafts, then every member verifies),
-            so members in threads measured faster even with one core each.
         default_sharpen: the sharpening its runs use unless told (``heuristic`` for SAFE, ``none`` otherwise).
         decisions: the decisions its runs can produce (:mod:`ensemble.trace.readable` words them).
     """
@@ -39,7 +37,6 @@ class Capabilities:
     segments: bool = False
     fusion: str | None = None
     fuses: bool = True
-    members_at_once: bool = False
     default_sharpen: str = "none"
     decisions: tuple[str, ...] = ()
 
@@ -64,7 +61,7 @@ CAPABILITIES: dict[str, Capabilities] = {
             decisions=("consensus", "oov_blocked", "gated", "ensembled_kept", "ensembled_replaced", "drafter"),
         ),
         Capabilities(
-            "specem", "SpecEM", has_drafter=False, segments=True, fuses=False, members_at_once=True,
+            "specem", "SpecEM", has_drafter=False, segments=True, fuses=False,
             decisions=("segment",),
         ),
     )

@@ -57,10 +57,9 @@ class Backend:
     def describe(self) -> str:
         return self.name
 
-    def for_run(self, runtimes: list, members_at_once: bool = False) -> Backend:
-        """The backend one run uses, given its members' runtimes and whether its method's members compute at once
-        throughout (:attr:`~ensemble.capabilities.Capabilities.members_at_once`) (in process: threads where members
-        computing at once measured faster than members taking turns, see :meth:`LocalBackend.for_run`)."""
+    def for_run(self, runtimes: list) -> Backend:
+        """The backend one run uses, given its members' runtimes (in process: threads where members computing at
+        once measured faster than members taking turns, see :meth:`LocalBackend.for_run`)."""
         return self
 
     def member_threads(self, leads_draft: bool, adapters: list, lead) -> list[int | None]:

@@ -19,11 +19,11 @@ class LocalBackend(Backend):
     def __init__(self, overlap: bool = True):
         self.overlap = overlap  # False: llama.cpp members take turns too (SEQUENTIAL; the bench compares both)
 
-    def for_run(self, runtimes: list, members_at_once: bool = False) -> Backend:
+    def for_run(self, runtimes: list) -> Backend:
         """Threads when every member is on llama.cpp (its passes release the GIL) and computing at once pays: when each
         member keeps two cores while all compute, or when the members are servers (their passes are computed there: a
-        thread here only waits for the answer). ``members_at_once`` (SpecEM: every member drafts, then every member
-        verifies) does not decide it any more.
+        thread here only waits for the answer). The method does not decide it: SpecEM (every member drafts, then
+        every member verifies) was the exception until it was measured again.
 
         Measured on 2 cores (issue 37, ``python -m ensemble bench --only whole`` and ``--only runtimes``): SpecEM on
         qwen+smollm2 with the members taking turns, every core each, took 0.70x the time of the members in threads with
@@ -50,7 +50,7 @@ class ThreadBackend(Pooled, LocalBackend):
     name = "threads"
     parallel = True
 
-    def for_run(self, runtimes: list, members_at_once: bool = False) -> Backend:
+    def for_run(self, runtimes: list) -> Backend:
         return self
 
     def member_threads(self, leads_draft: bool, adapters: list, lead) -> list[int | None]:

@@ -67,7 +67,7 @@ class EnsembleRun:
         self.recompute_context = recompute_context
         backend = backend or LOCAL
         self.adapters = [ModelAdapter(m, n, new_runtime(m, backend)) for m, n in zip(models, names, strict=True)]
-        self.backend = backend.for_run([a.runtime for a in self.adapters], self.kind.capabilities.members_at_once)
+        self.backend = backend.for_run([a.runtime for a in self.adapters])
         self.run = Run(self.kind, self.adapters, prompt, settings, cancel, self.backend, fork, kept, force, warnings)
         self.trace: RunTrace = self.run.trace
 
