@@ -13,6 +13,7 @@ from ensemble.errors import EnsembleError
 from ensemble.evaluation.blame import Blame, counterfactual, model_forks, prepare, search
 from ensemble.evaluation.blame_store import blame_table, load_fork, prepare_labels, read_blame, targets
 from ensemble.evaluation.explorer import Folder, open_folder
+from ensemble.members.home import on_home
 from ensemble.trace import RunTrace
 from visual.blame import blame_figure, blame_html, blame_table_html, outcome_line
 
@@ -89,7 +90,7 @@ def find(folder: Folder | None, qid, method, reference=None, progress=None) -> s
             if progress is not None:
                 progress((0, min(len(blame.decisions), APP_MAX_FORKS)), desc="reverting the earliest decision…")
             kept = {}
-            known = search(blame, trace, forks, APP_MAX_FORKS, tick, keep=lambda index, t: kept.update({index: t}))
+            known = on_home(search, blame, trace, forks, APP_MAX_FORKS, tick, keep=lambda index, t: kept.update({index: t}))
             state["records"][(qid, blame.method, blame.reference)] = known
             if known.decisive is not None and known.decisive in kept:
                 state["forks"][(qid, blame.method, known.decisive)] = kept[known.decisive]
@@ -188,7 +189,7 @@ def blame_answer(qid: int, method: str, reference: str = "") -> dict:
         blame, trace = prepare(folder, qid, str(method or ""), reference or None)
         known = read_blame(folder.path).get((blame.qid, blame.method, blame.reference))
         if known is None:
-            known = search(blame, trace, model_forks(config.POOL), APP_MAX_FORKS)
+            known = on_home(search, blame, trace, model_forks(config.POOL), APP_MAX_FORKS)
         return {**known.to_dict(), "summary": known.summary()}
     except (EnsembleError, ValueError, TypeError) as exc:
         raise gr.Error(str(exc)) from exc
