@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from .capabilities import CAPABILITIES, SINGLE, capabilities
@@ -236,12 +237,14 @@ def run_fork(models: list, trace: RunTrace, at: int, method: str = DRAFTER_ALONE
     return complete_fork(fork_request(trace, at, method, force, settings, check=False), models, trace, **kwargs)
 
 
-def complete_fork(request: RunRequest, models: list, trace: RunTrace, **kwargs) -> tuple[RunTrace, ForkComparison]:
+def complete_fork(request: RunRequest, models: list, trace: RunTrace, advance: Callable[[Iterator], Iterator] | None = None,
+                  **kwargs) -> tuple[RunTrace, ForkComparison]:
     """Run the fork of ``trace`` that ``request`` (:func:`fork_request`) describes on its loaded ``models`` to its
-    end: its trace and its comparison with ``trace``."""
+    end: its trace and its comparison with ``trace``. ``advance``: how its events are advanced (a server passes
+    :func:`ensemble.members.home.homed`)."""
     from .methods import EnsembleRun
 
     job = EnsembleRun.from_request(request, models, **kwargs)
-    for _ in job.events():
+    for _ in (advance or iter)(job.events()):
         pass
     return job.trace, compare_continuations(trace, job.trace)

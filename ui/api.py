@@ -11,7 +11,7 @@ import gradio as gr
 import visual
 from ensemble.errors import EnsembleError, MemberDied
 from ensemble.fork import complete_fork, fork_request
-from ensemble.members.home import homed, on_home
+from ensemble.members.home import homed
 from ensemble.methods import EnsembleRun
 from ensemble.models import DEFAULT_ENSEMBLE, DEFAULT_MODELS
 from ensemble.preflight import preflight
@@ -71,7 +71,7 @@ def fork(trace: dict, at: int, method: str = "", force: str = "") -> dict:
         at = token_number(at, "at")  # "3" is token #3; the fork's preflight says which tokens a fork may start from
         checked = fork_request(parent, at, method or None, force or None, offer=config.offered)
         models = config.load_models(checked.names)
-        forked, comparison = on_home(complete_fork, checked, models, parent, backend=config.backend_for(models))
+        forked, comparison = complete_fork(checked, models, parent, homed, backend=config.backend_for(models))
     except (EnsembleError, ValueError, TypeError) as exc:
         raise gr.Error(str(exc)) from exc
     return {"fork": forked.to_dict(), "comparison": comparison.to_dict()}

@@ -13,7 +13,7 @@ from ensemble.errors import EnsembleError
 from ensemble.evaluation.blame import Blame, counterfactual, model_forks, prepare, search
 from ensemble.evaluation.blame_store import blame_table, load_fork, prepare_labels, read_blame, targets
 from ensemble.evaluation.explorer import Folder, open_folder
-from ensemble.members.home import on_home
+from ensemble.members.home import homed
 from ensemble.trace import RunTrace
 from visual.blame import blame_figure, blame_html, blame_table_html, outcome_line
 
@@ -84,13 +84,13 @@ def find(folder: Folder | None, qid, method, reference=None, progress=None) -> s
         state = _state(folder)
         known = state["records"].get((qid, blame.method, blame.reference))
         if known is None or (known.status == "budget" and len(known.tried) < APP_MAX_FORKS):
-            forks = model_forks(config.POOL)
+            forks = model_forks(config.POOL, homed)
             tick = (lambda done, planned, entry: progress((done, planned), desc=f"reverted token #{entry['index']}: "
                                                           f"answers {entry['prediction']}")) if progress else None
             if progress is not None:
                 progress((0, min(len(blame.decisions), APP_MAX_FORKS)), desc="reverting the earliest decision…")
             kept = {}
-            known = on_home(search, blame, trace, forks, APP_MAX_FORKS, tick, keep=lambda index, t: kept.update({index: t}))
+            known = search(blame, trace, forks, APP_MAX_FORKS, tick, keep=lambda index, t: kept.update({index: t}))
             state["records"][(qid, blame.method, blame.reference)] = known
             if known.decisive is not None and known.decisive in kept:
                 state["forks"][(qid, blame.method, known.decisive)] = kept[known.decisive]
@@ -189,7 +189,7 @@ def blame_answer(qid: int, method: str, reference: str = "") -> dict:
         blame, trace = prepare(folder, qid, str(method or ""), reference or None)
         known = read_blame(folder.path).get((blame.qid, blame.method, blame.reference))
         if known is None:
-            known = on_home(search, blame, trace, model_forks(config.POOL), APP_MAX_FORKS)
+            known = search(blame, trace, model_forks(config.POOL, homed), APP_MAX_FORKS)
         return {**known.to_dict(), "summary": known.summary()}
     except (EnsembleError, ValueError, TypeError) as exc:
         raise gr.Error(str(exc)) from exc

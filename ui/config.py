@@ -63,9 +63,7 @@ def load_models(names: list[str], progress=None) -> list:
         if progress is not None:
             progress(fraction if fraction is not None else 0.0, desc=message)
 
-    # one run's models never evict each other from the pool's budget; loaded where the runs compute (torch's
-    # de-quantizing would leave this Gradio thread an OpenMP pool: ensemble.members.home)
-    return on_home(POOL.get_many, names, report)
+    return POOL.get_many(names, report)  # one run's models never evict each other from the pool's budget
 
 
 def backend_for(models: list):

@@ -321,14 +321,15 @@ def counterfactual(trace: RunTrace, entry: dict) -> dict:
     return compare_texts(trace.text[chars:], str(entry.get("continuation") or ""), trace.text[:chars]).to_dict()
 
 
-def model_forks(pool) -> ForkFn:
-    """The real fork runner on a :class:`~ensemble.models.ModelPool` (the models load once and stay for every fork)."""
+def model_forks(pool, advance=None) -> ForkFn:
+    """The real fork runner on a :class:`~ensemble.models.ModelPool` (the models load once and stay for every fork);
+    ``advance``: how each fork's events are advanced (the app passes :func:`ensemble.members.home.homed`)."""
     from ..fork import complete_fork, fork_request, member_names
 
     def run(trace: RunTrace, at: int, force: str) -> RunTrace:
         request = fork_request(trace, at, trace.method, force, check=False)
         models = pool.get_many(member_names(trace, trace.method))
-        forked, _ = complete_fork(request, models, trace)
+        forked, _ = complete_fork(request, models, trace, advance)
         return forked
 
     return run

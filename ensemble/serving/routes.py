@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from ..errors import EnsembleError, LlamaCppMissing, MemberDied, MissingPackageError, ModelLoadError, UnknownModelError
-from ..members.home import homed, on_home
+from ..members.home import homed
 from ..methods import EnsembleRun, TokenEvent
 from ..models import DEFAULT_ENSEMBLE
 from ..preflight import preflight
@@ -102,7 +102,7 @@ class Running:
             self.engine.active.discard(self.cancel)
 
     def _pieces(self) -> Iterator[str]:
-        models = on_home(self.engine.load, self.request.names)  # where its run computes (ensemble.members.home)
+        models = self.engine.load(self.request.names)
         self.prompt_tokens = len(models[0].prompt_ids(self.request.prompt)) if models else 0
         job = EnsembleRun.from_request(self.request, models, cancel=self.cancel, backend=self.engine.backend_for(models))
         printed = 0

@@ -12,7 +12,7 @@ from ui import blaming
 
 def test_the_app_finds_the_decision_then_opens_it_with_the_counterfactual(lost, monkeypatch):  # noqa: F811
     fork = scripted(flip_at=44)
-    monkeypatch.setattr(blaming, "model_forks", lambda pool: fork)
+    monkeypatch.setattr(blaming, "model_forks", lambda pool, advance=None: fork)
     folder = open_folder(lost)
     assert blaming.blame_marks(folder) == {(0, "safe-unite"): "find the decision", (0, "specem"): "find the decision"}
     ticks = []
@@ -32,7 +32,7 @@ def test_the_app_finds_the_decision_then_opens_it_with_the_counterfactual(lost, 
 def test_a_recorded_attribution_shows_without_forks(lost, monkeypatch):  # noqa: F811
     run_batch(open_folder(lost), ["safe-unite"], None, scripted(flip_at=21), say=lambda line: None)
 
-    def no_models(pool):
+    def no_models(pool, advance=None):
         raise AssertionError("a recorded attribution needs no fork")
 
     monkeypatch.setattr(blaming, "model_forks", no_models)
@@ -48,7 +48,7 @@ def test_blame_answer_reads_the_shipped_attribution_of_question_411(monkeypatch)
     import gradio as gr
     import pytest
 
-    monkeypatch.setattr(blaming, "model_forks", lambda pool: pytest.fail("a recorded attribution needs no fork"))
+    monkeypatch.setattr(blaming, "model_forks", lambda pool, advance=None: pytest.fail("a recorded attribution needs no fork"))
     found = blaming.blame_answer("411", "safe-unite@qwen+smollm2")
     assert (found["status"], found["outcome"], found["reference"], found["decisive"]) == ("none", "lost", "single:qwen", None)
     assert [(e["index"], e["kind"], e["prediction"]) for e in found["tried"]] == [
@@ -71,7 +71,7 @@ def test_the_pair_view_and_the_cell_say_what_each_answer_is(lost):  # noqa: F811
 
 def test_a_cell_asks_and_the_search_runs_next(lost, monkeypatch):  # noqa: F811
     fork = scripted(flip_at=44)
-    monkeypatch.setattr(blaming, "model_forks", lambda pool: fork)
+    monkeypatch.setattr(blaming, "model_forks", lambda pool, advance=None: fork)
     folder = open_folder(lost)
     note = blaming.ask(folder, 0, "safe-unite")
     assert "reverting the ensemble" in note and fork.asked == []  # the click answers at once, no fork yet

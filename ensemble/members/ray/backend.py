@@ -226,7 +226,7 @@ class RayBackend(Pooled, Backend):
         self._members: dict[object, _Member] = {}
         self._starting: dict[object, threading.Lock] = {}
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="member")
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="ray-start")  # starts actors only
         self._started_ray = False
         atexit.register(self.close)
 

@@ -64,7 +64,49 @@ def test_an_error_is_raised_in_the_consumer_and_closing_closes_the_run_there():
     events = homed(run())
     assert next(events) == 1
     events.close()
+    on_home(lambda: None)  # the close was handed to the home thread, in order: done once a later call is
     assert closed == [True]
+
+
+def test_closing_does_not_wait_for_the_home_thread():
+    """Gradio closes an abandoned run's iterator on its event loop: that must not wait for another visitor's step."""
+    release = threading.Event()
+
+    def run():
+        yield 1
+        yield 2
+
+    events = homed(run())
+    assert next(events) == 1
+    busy = threading.Thread(target=on_home, args=(release.wait,))  # another run's long step holds the home thread
+    busy.start()
+    try:
+        done = threading.Event()
+        closer = threading.Thread(target=lambda: (events.close(), done.set()))
+        closer.start()
+        assert done.wait(5)  # returned while the home thread was still busy
+    finally:
+        release.set()
+        busy.join()
+
+
+def test_a_forked_child_gets_its_own_home_thread():
+    """ZeroGPU runs a handler in a fork of the process: the parent's home thread does not exist there."""
+    import os
+
+    on_home(lambda: None)  # the parent has a home thread
+    pid = os.fork()
+    if pid == 0:  # the child: only the forking thread survived; on_home must make a home, not wait forever
+        import signal
+
+        ok = False
+        signal.alarm(10)  # a home that never answers ends the child instead of hanging the test
+        try:
+            ok = on_home(at_home) is True
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_on_home_from_the_home_thread_runs_in_place():
