@@ -74,7 +74,8 @@ def backend_for(models: list):
 
 def warm_up() -> None:
     """Load the default models (and start their member processes) before serving, so the first run streams at once."""
-    for problem in on_home(warm, POOL, DEFAULT_MODELS, BACKEND):  # where the runs compute (ensemble.members.home)  # the runs will say so too; the app keeps serving
+    # warmed where the runs compute (ensemble.members.home); what fails, the runs say too, and the app keeps serving
+    for problem in on_home(warm, POOL, DEFAULT_MODELS, BACKEND):
         print(f"[app] {problem}", flush=True)
     print(f"[app] member backend: {BACKEND.describe()} ({BACKEND_WHY})", flush=True)
     print(f"[app] runtime: {RUNTIME} (loaded: {', '.join(POOL.loaded()) or 'none'})", flush=True)

@@ -97,9 +97,13 @@ class Pooled:
     A persistent pool of member threads made every run after the first SpecEM run of a process 1.5x slower
     (the bench's later rows, the app)."""
 
+    @staticmethod
+    def _workers(items: list) -> ThreadPoolExecutor:
+        return ThreadPoolExecutor(max_workers=max(1, len(items)), thread_name_prefix="member")
+
     def submit(self, fn: Callable, items: Iterable) -> Callable[[], list]:
         items = list(items)
-        pool = ThreadPoolExecutor(max_workers=max(1, len(items)), thread_name_prefix="member")
+        pool = self._workers(items)
         futures = [pool.submit(fn, item) for item in items]
 
         def wait() -> list:
@@ -112,7 +116,7 @@ class Pooled:
 
     def map_iter(self, fn: Callable, items: Iterable, before: Callable[[], None] | None = None) -> Iterator:
         items = list(items)
-        pool = ThreadPoolExecutor(max_workers=max(1, len(items)), thread_name_prefix="member")
+        pool = self._workers(items)
         futures, done = [], False
         try:
             for item in items:
